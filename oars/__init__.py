@@ -1,0 +1,3 @@
+"""oars: an OpenAI Responses API server for open-weight models."""
+
+__version__ = "0.1.0"

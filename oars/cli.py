@@ -1,0 +1,84 @@
+"""`oars serve`, `oars pull`, `oars validate`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+from oars.errors import OarsError
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(f"OARS_{name}", default)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="oars", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="serve the Responses API")
+    serve.add_argument("--model", type=Path, default=_env("MODEL", "") or None,
+                       help="a GGUF file (default: the built-in model, pulled on first use)")
+    serve.add_argument("--model-id", default=None, help="the name /v1/models reports")
+    serve.add_argument("--host", default=_env("HOST", "127.0.0.1"))
+    serve.add_argument("--port", type=int, default=int(_env("PORT", "8000")))
+    serve.add_argument("--ctx", type=int, default=int(_env("CTX", "16384")),
+                       help="context window in tokens")
+    serve.add_argument("--threads", type=int, default=None)
+    serve.add_argument("--log-level", default=_env("LOG_LEVEL", "info"))
+    sub.add_parser("pull", help="download and verify the default model")
+    validate = sub.add_parser("validate", help="check a saved SSE stream against the protocol")
+    validate.add_argument("file", type=Path, help="the stream, as sent on the wire ('-' = stdin)")
+    return parser  # fmt: skip
+
+
+def _serve(args: argparse.Namespace) -> None:
+    import uvicorn
+
+    from oars.engines.llama import LlamaEngine
+    from oars.http import create_app
+    from oars.service import ResponsesService
+    from oars.weights import DEFAULT_MODEL, pull
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    path, model_id = args.model, args.model_id
+    if path is None:
+        path, model_id = pull(), model_id or DEFAULT_MODEL.name
+    engine = LlamaEngine(path, model_id=model_id, n_ctx=args.ctx, n_threads=args.threads)
+    app = create_app(ResponsesService(engine))
+    print(f"oars: serving {engine.info.id} on http://{args.host}:{args.port}/v1", flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level.lower())
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from oars.validator import validate_sse
+
+    text = sys.stdin.read() if str(args.file) == "-" else args.file.read_text()
+    report = validate_sse(text)
+    print(json.dumps({"ok": report.ok, "violations": [v.describe() for v in report.violations]},
+                     indent=2))  # fmt: skip
+    return 0 if report.ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "serve":
+            _serve(args)
+        elif args.command == "pull":
+            from oars.weights import pull
+
+            print(pull())
+        elif args.command == "validate":
+            return _validate(args)
+    except OarsError as exc:
+        print(f"oars: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

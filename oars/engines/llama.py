@@ -1,0 +1,223 @@
+"""The embedded engine: llama.cpp in-process, with our own decode loop.
+
+One worker thread owns the llama context and runs one sequence at a time, taking jobs from a FIFO
+queue (fair: first come, first served). Each job streams `EngineChunk`s back to its event loop.
+The KV cache keeps the previous sequence, so a request sharing a prefix with the last one only
+evaluates the new suffix; that prefix is reported as `cached_tokens`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import logging
+import os
+import queue
+import threading
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from oars.chat_template import ChatTemplate
+from oars.engines.base import ModelInfo, Prepared
+from oars.engines.sampler import log_softmax, penalize, sample, top_indices
+from oars.errors import ContextLengthExceeded, EngineError
+from oars.generation import (
+    EngineChunk,
+    EngineRequest,
+    FinishReason,
+    TokenLogprob,
+    TopLogprob,
+    Usage,
+)
+from oars.parsing.holdback import split_holdback
+
+log = logging.getLogger("oars.engine")
+
+_PENALTY_WINDOW = 64
+
+
+@dataclass
+class _Job:
+    prepared: Prepared
+    emit: Callable[[EngineChunk | BaseException], None]
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+
+class LlamaEngine:
+    """A GGUF model served by llama-cpp-python."""
+
+    def __init__(
+        self, path: Path, *, model_id: str | None = None, n_ctx: int = 16384,
+        n_threads: int | None = None,
+    ) -> None:  # fmt: skip
+        import llama_cpp  # imported here so that the fast test tier never needs it
+
+        self._llama_cpp = llama_cpp
+        self.llm = llama_cpp.Llama(
+            model_path=str(path), n_ctx=n_ctx, n_batch=512, logits_all=False, verbose=False,
+            n_threads=n_threads or max(1, os.cpu_count() or 1),
+        )  # fmt: skip
+        self._vocab = llama_cpp.llama_model_get_vocab(self.llm.model)
+        self.n_vocab = self.llm.n_vocab()
+        meta = self.llm.metadata
+        source = meta.get("tokenizer.chat_template")
+        if not source:
+            raise EngineError(f"{path.name} has no tokenizer.chat_template; cannot chat with it")
+        bos, eos = self._piece(self.llm.token_bos()), self._piece(self.llm.token_eos())
+        self.template = ChatTemplate(source, bos_token=bos, eos_token=eos)
+        self._add_bos = meta.get("tokenizer.ggml.add_bos_token", "false") == "true"
+        think = ("<think>", "</think>") if "<think>" in source else None
+        self.info = ModelInfo(model_id or path.stem, context_length=n_ctx, think_tags=think)
+        self._jobs: queue.Queue[_Job] = queue.Queue()
+        self._worker = threading.Thread(target=self._serve, name="oars-engine", daemon=True)
+        self._worker.start()
+
+    def _piece(self, token: int) -> str:
+        return self.llm.detokenize([token], special=True).decode("utf-8", errors="replace")
+
+    # ---- Engine protocol ----------------------------------------------------------------
+
+    def prepare(self, request: EngineRequest) -> Prepared:
+        messages = [m.to_template() for m in request.messages]
+        prompt = self.template.render(messages, request.tools, **request.template_kwargs)
+        add_bos = self._add_bos and not prompt.startswith(self.template._tokens["bos_token"] or "\0")
+        tokens = tuple(self.llm.tokenize(prompt.encode(), add_bos=add_bos, special=True))
+        limit = self.info.context_length
+        if len(tokens) >= limit:
+            raise ContextLengthExceeded(
+                f"The input is {len(tokens)} tokens, which leaves no room in this model's "
+                f"context window of {limit} tokens. Shorten the input."
+            )
+        return Prepared(request, prompt, tokens)
+
+    async def generate(self, prepared: Prepared) -> AsyncIterator[EngineChunk]:
+        loop = asyncio.get_running_loop()
+        chunks: asyncio.Queue[EngineChunk | BaseException] = asyncio.Queue()
+        job = _Job(prepared, lambda item: loop.call_soon_threadsafe(chunks.put_nowait, item))
+        self._jobs.put(job)
+        try:
+            while True:
+                item = await chunks.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+                if item.finish is not None:
+                    return
+        finally:
+            job.cancel.set()  # a client that went away stops its generation at the next token
+
+    # ---- the worker ---------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job.cancel.is_set():
+                continue
+            try:
+                _Decode(self, job).run()
+            except Exception as exc:  # the worker must survive any one job
+                log.exception("decode failed")
+                job.emit(EngineError(f"generation failed: {exc}"))
+
+    def reuse_prefix(self, tokens: tuple[int, ...]) -> int:
+        """Keep the KV cache for the longest common prefix; return its length."""
+        cached = self.llm._input_ids[: self.llm.n_tokens]
+        limit = min(len(cached), len(tokens) - 1)  # the last prompt token is always evaluated
+        common = 0
+        while common < limit and cached[common] == tokens[common]:
+            common += 1
+        self.llm.n_tokens = common  # eval() drops the KV cache past n_tokens
+        return common
+
+    def is_end(self, token: int) -> bool:
+        return bool(self._llama_cpp.llama_vocab_is_eog(self._vocab, token))
+
+    def is_control(self, token: int) -> bool:
+        return bool(self._llama_cpp.llama_vocab_is_control(self._vocab, token))
+
+    def token_bytes(self, token: int) -> bytes:
+        return bytes(self.llm.detokenize([token], special=True))
+
+    def logits(self) -> np.ndarray:
+        ptr = self.llm._ctx.get_logits_ith(-1)
+        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy()
+
+
+class _Decode:
+    """One sequence's decode loop, run on the worker thread."""
+
+    def __init__(self, engine: LlamaEngine, job: _Job) -> None:
+        self.engine, self.job = engine, job
+        request = job.prepared.request
+        self.params = request.sampling
+        self.top_logprobs = request.top_logprobs
+        self.rng = np.random.default_rng(self.params.seed)
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.held = ""  # text held back because it may start a stop sequence
+        self.produced = 0
+
+    def run(self) -> None:
+        engine, prompt = self.engine, self.job.prepared.prompt_tokens
+        cached = engine.reuse_prefix(prompt)
+        engine.llm.eval(prompt[cached:])
+        room = engine.info.context_length - len(prompt)
+        budget = min(room, self.params.max_output_tokens or room)
+        reason = FinishReason.LENGTH
+        history = list(prompt[-_PENALTY_WINDOW:])
+        while self.produced < budget and not self.job.cancel.is_set():
+            logits = engine.logits()
+            penalize(logits, history[-_PENALTY_WINDOW:], self.params.repetition_penalty)
+            token = sample(logits, self.params, self.rng)
+            self.produced += 1
+            history.append(token)
+            if engine.is_end(token):
+                reason = FinishReason.STOP
+                break
+            if self._emit_token(token, logits):
+                reason = FinishReason.STOP
+                break
+            engine.llm.eval([token])
+        if self.job.cancel.is_set():
+            return
+        usage = Usage(input_tokens=len(prompt), cached_tokens=cached, output_tokens=self.produced)
+        tail = self.held + self.decoder.decode(b"", final=True) if reason is FinishReason.LENGTH else ""
+        self.job.emit(EngineChunk(tail, 0, finish=reason, usage=usage))
+
+    def _emit_token(self, token: int, logits: np.ndarray) -> bool:
+        """Decode one token and send its text; True when a stop sequence ended the output."""
+        raw = b"" if self.engine.is_control(token) else self.engine.token_bytes(token)
+        text = self.decoder.decode(raw)
+        logprobs = self._logprobs(token, raw, text, logits)
+        stops = self.params.stop
+        if not stops:
+            self.job.emit(EngineChunk(text, 1, logprobs))
+            return False
+        buffer = self.held + text
+        cut = min((p for p in (buffer.find(s) for s in stops) if p >= 0), default=-1)
+        if cut >= 0:
+            self.job.emit(EngineChunk(buffer[:cut], 1, logprobs))
+            return True
+        safe, self.held = split_holdback(buffer, stops)
+        self.job.emit(EngineChunk(safe, 1, logprobs))
+        return False
+
+    def _logprobs(
+        self, token: int, raw: bytes, text: str, logits: np.ndarray
+    ) -> tuple[TokenLogprob, ...]:
+        if self.top_logprobs is None:
+            return ()
+        lps = log_softmax(logits)
+        top = tuple(
+            TopLogprob(self._show(b := self.engine.token_bytes(int(t))), tuple(b), float(lps[t]))
+            for t in top_indices(lps, self.top_logprobs)
+        )
+        # `token` is the text this token added (a token ending mid-character adds none yet), so
+        # the tokens of a delta always concatenate to its text; `bytes` are the token's own bytes.
+        return (TokenLogprob(text, tuple(raw), float(lps[token]), top),)
+
+    @staticmethod
+    def _show(raw: bytes) -> str:
+        return raw.decode("utf-8", errors="replace")

@@ -1,0 +1,70 @@
+"""One error tree, classified by blame.
+
+`ClientError` subclasses become HTTP 4xx before streaming starts; `EngineError` becomes a 500
+before streaming, or an `error` event plus `response.failed` after it. `SetupError` is for the CLI.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class OarsError(Exception):
+    """Base of every error oars raises on purpose."""
+
+
+class SetupError(OarsError):
+    """Installing or locating a model failed; reported by the CLI, never over HTTP."""
+
+
+class ClientError(OarsError):
+    """The request is at fault: an OpenAI-style error body with a 4xx status."""
+
+    status = 400
+    type = "invalid_request_error"
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+class InvalidRequest(ClientError):
+    """A parameter is missing, of the wrong type or out of range."""
+
+    def __init__(self, message: str, *, param: str | None, code: str = "invalid_value"):
+        super().__init__(message, param=param, code=code)
+
+
+class ContextLengthExceeded(ClientError):
+    def __init__(self, message: str):
+        super().__init__(message, param="input", code="context_length_exceeded")
+
+
+class NotFound(ClientError):
+    status = 404
+
+    def __init__(self, message: str, *, param: str | None = None):
+        super().__init__(message, param=param, code="not_found")
+
+
+class EngineError(OarsError):
+    """The engine failed; the client is not at fault."""
+
+    status = 500
+    type = "server_error"
+    code = "server_error"
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": str(self), "type": self.type, "param": None, "code": self.code}}

@@ -1,0 +1,297 @@
+"""ResponseBuilder: the one state machine behind every stream and every final response.
+
+Item lifecycle (written once, here):
+
+    output_item.added (status in_progress)
+      [content_part.added → <kind>.delta* → <kind>.done → content_part.done]*   (messages, reasoning)
+      | [function_call_arguments.delta* → function_call_arguments.done]          (function calls)
+    output_item.done (status completed, or incomplete for the item cut by max_output_tokens)
+
+Only this class assigns `output_index` (when an item opens), `content_index` (per item, from 0),
+`sequence_number` (through `_emit`) and ids. At most one item is open at a time. The snapshot in
+the terminal event is `self.response`, built from the same item state the events came from, so the
+stream and the final object cannot disagree.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from oars.generation import FinishReason, TokenLogprob, Usage
+from oars.parsing import Segment, SegmentKind
+
+Event = dict[str, Any]
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(24)}"
+
+
+def stream_logprob(lp: TokenLogprob) -> dict[str, Any]:
+    """The delta/done event form: no `bytes`."""
+    return {
+        "token": lp.token,
+        "logprob": lp.logprob,
+        "top_logprobs": [{"token": t.token, "logprob": t.logprob} for t in lp.top_logprobs],
+    }
+
+
+def item_logprob(lp: TokenLogprob) -> dict[str, Any]:
+    """The output_text part form: `bytes` required."""
+    return {
+        "token": lp.token,
+        "bytes": list(lp.bytes),
+        "logprob": lp.logprob,
+        "top_logprobs": [
+            {"token": t.token, "bytes": list(t.bytes), "logprob": t.logprob}
+            for t in lp.top_logprobs
+        ],
+    }
+
+
+@dataclass
+class _Part:
+    type: str  # "output_text" | "reasoning_text"
+    text: str = ""
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+
+    def wire(self) -> dict[str, Any]:
+        if self.type == "reasoning_text":
+            return {"type": "reasoning_text", "text": self.text}
+        return {
+            "type": "output_text",
+            "text": self.text,
+            "annotations": [],
+            "logprobs": [item_logprob(lp) for lp in self.logprobs],
+        }
+
+
+@dataclass
+class _Item:
+    type: str  # "message" | "reasoning"
+    id: str
+    output_index: int
+    status: str = "in_progress"
+    parts: list[_Part] = field(default_factory=list)
+
+    def wire(self) -> dict[str, Any]:
+        return _ITEM_WIRE[self.type](self)
+
+
+def _message_wire(item: _Item) -> dict[str, Any]:
+    return {
+        "id": item.id,
+        "type": "message",
+        "status": item.status,
+        "role": "assistant",
+        "content": [p.wire() for p in item.parts],
+    }
+
+
+def _reasoning_wire(item: _Item) -> dict[str, Any]:
+    return {
+        "id": item.id,
+        "type": "reasoning",
+        "status": item.status,
+        "summary": [],
+        "content": [p.wire() for p in item.parts],
+        "encrypted_content": None,
+    }
+
+
+_ITEM_WIRE: dict[str, Callable[[_Item], dict[str, Any]]] = {
+    "message": _message_wire,
+    "reasoning": _reasoning_wire,
+}
+
+# segment kind → (item type, id prefix, part type)
+_SEGMENT_ITEM = {
+    SegmentKind.TEXT: ("message", "msg", "output_text"),
+    SegmentKind.REASONING: ("reasoning", "rs", "reasoning_text"),
+}
+# part type → prefix of its delta/done events
+_PART_EVENT = {"output_text": "response.output_text", "reasoning_text": "response.reasoning_text"}
+
+
+class ResponseBuilder:
+    """Builds the event stream and the `Response` object of one generation."""
+
+    def __init__(
+        self, echo: Mapping[str, Any], *, include_logprobs: bool = False, model: str
+    ) -> None:
+        self.id = new_id("resp")
+        self.created_at = int(time.time())
+        self._echo = dict(echo)
+        self._model = model
+        self._include_logprobs = include_logprobs
+        self._seq = 0
+        self._items: list[_Item] = []
+        self._open: _Item | None = None
+        self._pending_space: list[tuple[str, tuple[TokenLogprob, ...]]] = []
+        self.status = "in_progress"
+        self._usage: Usage | None = None
+        self._error: dict[str, Any] | None = None
+        self._incomplete_reason: str | None = None
+        self._completed_at: int | None = None
+
+    # ---- the snapshot -------------------------------------------------------------------
+
+    @property
+    def response(self) -> dict[str, Any]:
+        snapshot: dict[str, Any] = {
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created_at,
+            "status": self.status,
+            "completed_at": self._completed_at,
+            "error": self._error,
+            "incomplete_details": (
+                {"reason": self._incomplete_reason} if self._incomplete_reason else None
+            ),
+            "model": self._model,
+            "output": [item.wire() for item in self._items],
+            "usage": _usage_wire(self._usage) if self._usage else None,
+        }
+        snapshot.update(self._echo)
+        return snapshot
+
+    # ---- events -------------------------------------------------------------------------
+
+    def _emit(self, type_: str, **fields: Any) -> Event:
+        event = {"type": type_, "sequence_number": self._seq, **fields}
+        self._seq += 1
+        return event
+
+    def start(self) -> list[Event]:
+        return [
+            self._emit("response.created", response=self.response),
+            self._emit("response.in_progress", response=self.response),
+        ]
+
+    def add(self, segment: Segment, logprobs: tuple[TokenLogprob, ...] = ()) -> list[Event]:
+        """Apply one parsed segment of model output."""
+        if not segment.text:
+            return []
+        if segment.kind is SegmentKind.TEXT and not self._is_open("message"):
+            if not segment.text.strip():
+                # Whitespace alone does not open a message: it may only separate a call.
+                self._pending_space.append((segment.text, logprobs))
+                return []
+        events = self._open_for(segment.kind)
+        assert self._open is not None
+        if segment.kind is SegmentKind.TEXT and self._pending_space:
+            pending, self._pending_space = self._pending_space, []
+            for text, lps in pending:
+                events.append(self._delta(self._open, text, lps))
+        events.append(self._delta(self._open, segment.text, logprobs))
+        return events
+
+    def finish(self, reason: FinishReason, usage: Usage) -> list[Event]:
+        """Close the open item and end the stream with `completed` or `incomplete`."""
+        incomplete = reason is FinishReason.LENGTH
+        events = self._close("incomplete" if incomplete else "completed")
+        self._usage = usage
+        self._completed_at = int(time.time())
+        if incomplete:
+            self.status, self._incomplete_reason = "incomplete", "max_output_tokens"
+            events.append(self._emit("response.incomplete", response=self.response))
+        else:
+            self.status = "completed"
+            events.append(self._emit("response.completed", response=self.response))
+        return events
+
+    def fail(self, message: str, code: str = "server_error") -> list[Event]:
+        """After streaming began: close what is open, then `error` and `response.failed`."""
+        events = self._close("incomplete")
+        self.status = "failed"
+        self._error = {"code": code, "message": message}
+        events.append(self._emit("error", code=code, message=message, param=None))
+        events.append(self._emit("response.failed", response=self.response))
+        return events
+
+    # ---- item bookkeeping ---------------------------------------------------------------
+
+    def _is_open(self, item_type: str) -> bool:
+        return self._open is not None and self._open.type == item_type
+
+    def _open_for(self, kind: SegmentKind) -> list[Event]:
+        item_type, prefix, part_type = _SEGMENT_ITEM[kind]
+        if self._is_open(item_type):
+            return []
+        events = self._close("completed")
+        item = _Item(type=item_type, id=new_id(prefix), output_index=len(self._items))
+        self._items.append(item)
+        self._open = item
+        events.append(
+            self._emit("response.output_item.added", output_index=item.output_index, item=item.wire())
+        )
+        item.parts.append(_Part(part_type))
+        events.append(self._part_event("response.content_part.added", item, 0))
+        return events
+
+    def _part_event(self, type_: str, item: _Item, content_index: int) -> Event:
+        return self._emit(
+            type_,
+            item_id=item.id,
+            output_index=item.output_index,
+            content_index=content_index,
+            part=item.parts[content_index].wire(),
+        )
+
+    def _delta(self, item: _Item, text: str, logprobs: tuple[TokenLogprob, ...]) -> Event:
+        part = item.parts[-1]
+        part.text += text
+        fields: dict[str, Any] = {}
+        if part.type == "output_text":
+            kept = logprobs if self._include_logprobs else ()
+            part.logprobs.extend(kept)
+            fields["logprobs"] = [stream_logprob(lp) for lp in kept]
+        return self._emit(
+            f"{_PART_EVENT[part.type]}.delta",
+            item_id=item.id,
+            output_index=item.output_index,
+            content_index=len(item.parts) - 1,
+            delta=text,
+            **fields,
+        )
+
+    def _close(self, status: str) -> list[Event]:
+        item, self._open = self._open, None
+        self._pending_space = []
+        if item is None:
+            return []
+        events: list[Event] = []
+        index = len(item.parts) - 1
+        part = item.parts[index]
+        done_fields: dict[str, Any] = {"text": part.text}
+        if part.type == "output_text":
+            done_fields["logprobs"] = [stream_logprob(lp) for lp in part.logprobs]
+        events.append(
+            self._emit(
+                f"{_PART_EVENT[part.type]}.done",
+                item_id=item.id,
+                output_index=item.output_index,
+                content_index=index,
+                **done_fields,
+            )
+        )
+        events.append(self._part_event("response.content_part.done", item, index))
+        item.status = status
+        events.append(
+            self._emit("response.output_item.done", output_index=item.output_index, item=item.wire())
+        )
+        return events
+
+
+def _usage_wire(usage: Usage) -> dict[str, Any]:
+    return {
+        "input_tokens": usage.input_tokens,
+        "input_tokens_details": {"cached_tokens": usage.cached_tokens, "cache_write_tokens": 0},
+        "output_tokens": usage.output_tokens,
+        "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+        "total_tokens": usage.input_tokens + usage.output_tokens,
+    }

@@ -1,0 +1,93 @@
+"""Plain frozen value types shared between normalize, engines, the service and the builder."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class FinishReason(enum.Enum):
+    STOP = "stop"  # end-of-generation token or a stop sequence
+    LENGTH = "length"  # max_output_tokens (or the context window) reached
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 = off
+    seed: int | None = None
+    max_output_tokens: int | None = None
+    stop: tuple[str, ...] = ()
+    repetition_penalty: float = 1.0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0 or self.top_k == 1
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    """A message in chat-template form (what `tokenizer.chat_template` expects)."""
+
+    role: str
+    content: str
+    tool_calls: tuple[Mapping[str, Any], ...] = ()
+    tool_call_id: str | None = None
+
+    def to_template(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            out["tool_calls"] = [dict(c) for c in self.tool_calls]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        return out
+
+
+@dataclass(frozen=True)
+class EngineRequest:
+    """Everything an engine needs to run one generation."""
+
+    messages: tuple[ChatMessage, ...]
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    tools: tuple[Mapping[str, Any], ...] = ()  # chat-completions shape, for the template
+    top_logprobs: int | None = None  # None: no logprobs; 0..20: logprob plus that many alternatives
+    template_kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TopLogprob:
+    token: str
+    bytes: tuple[int, ...]
+    logprob: float
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One sampled token. `token` is the text it adds to the output (UTF-8 split tokens: see engine)."""
+
+    token: str
+    bytes: tuple[int, ...]
+    logprob: float
+    top_logprobs: tuple[TopLogprob, ...] = ()
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int = 0
+    cached_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class EngineChunk:
+    """Text produced by one or more tokens; the last chunk of a generation carries `finish`."""
+
+    text: str
+    num_tokens: int = 0
+    logprobs: tuple[TokenLogprob, ...] = ()
+    finish: FinishReason | None = None
+    usage: Usage | None = None

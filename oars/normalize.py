@@ -1,0 +1,351 @@
+"""The single translator from a wire request to internal values: every default and validation.
+
+`normalize(body)` turns the JSON body of `POST /v1/responses` into a `ResponseRequest`, or raises
+`InvalidRequest` naming the offending parameter. Nothing downstream looks at the wire body again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from oars.errors import InvalidRequest, NotFound
+from oars.generation import ChatMessage, EngineRequest, SamplingParams
+
+INCLUDABLE = frozenset(
+    {
+        "message.output_text.logprobs",
+        "reasoning.encrypted_content",
+        "message.input_image.image_url",
+        "file_search_call.results",
+        "web_search_call.results",
+        "web_search_call.action.sources",
+        "code_interpreter_call.outputs",
+        "computer_call_output.output.image_url",
+    }
+)
+LOGPROBS_INCLUDE = "message.output_text.logprobs"
+
+
+@dataclass(frozen=True)
+class ResponseRequest:
+    """A validated request: what to generate, how to stream it, and what to echo back."""
+
+    model: str
+    stream: bool
+    engine: EngineRequest
+    echo: Mapping[str, Any] = field(default_factory=dict)
+    include_logprobs: bool = False
+
+
+def _fail(message: str, param: str, code: str = "invalid_value") -> InvalidRequest:
+    return InvalidRequest(message, param=param, code=code)
+
+
+def _type_name(value: Any) -> str:
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}.get(
+        type(value), "null" if value is None else "a number"
+    )
+
+
+def _get(body: Mapping[str, Any], key: str, kinds: tuple[type, ...], param: str) -> Any:
+    """Read an optional field; None when absent or null; 400 when of the wrong type."""
+    value = body.get(key)
+    if value is None:
+        return None
+    if bool in kinds or not isinstance(value, bool):  # bool is an int: keep them apart
+        if isinstance(value, kinds):
+            return value
+    wanted = " or ".join(_type_name(k()) if k is not float else "a number" for k in kinds)
+    raise _fail(
+        f"Invalid type for '{param}': expected {wanted}, got {_type_name(value)}.",
+        param,
+        "invalid_type",
+    )
+
+
+def _number(body: Mapping[str, Any], key: str, lo: float, hi: float) -> float | None:
+    value = _get(body, key, (int, float), key)
+    if value is not None and not lo <= value <= hi:
+        raise _fail(f"Invalid '{key}': {value} is out of range; expected {lo} to {hi}.", key)
+    return None if value is None else float(value)
+
+
+def _integer(body: Mapping[str, Any], key: str, lo: int, hi: int | None = None) -> int | None:
+    value = _get(body, key, (int,), key)
+    if value is not None and (value < lo or (hi is not None and value > hi)):
+        bound = f"at least {lo}" if hi is None else f"{lo} to {hi}"
+        raise _fail(f"Invalid '{key}': {value} is out of range; expected {bound}.", key)
+    return value  # type: ignore[no-any-return]
+
+
+# ---- input items ------------------------------------------------------------------------------
+
+
+def _content_text(content: Any, param: str) -> str:
+    """Message content (a string or a list of parts) → the text the template gets."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise _fail(f"Invalid '{param}': expected a string or an array of content parts.", param)
+    texts: list[str] = []
+    for i, part in enumerate(content):
+        p = f"{param}[{i}]"
+        if not isinstance(part, dict):
+            raise _fail(f"Invalid '{p}': expected a content part object.", p)
+        kind = part.get("type")
+        if kind in ("input_text", "output_text", "text", "summary_text", "reasoning_text"):
+            texts.append(_text_field(part, "text", p))
+        elif kind == "refusal":
+            texts.append(_text_field(part, "refusal", p))
+        elif kind in ("input_image", "input_file", "input_audio"):
+            raise _fail(
+                f"Invalid '{p}': this model takes text only; '{kind}' is not supported.",
+                p,
+                "unsupported_content",
+            )
+        else:
+            raise _fail(f"Invalid '{p}.type': unknown content part type {kind!r}.", f"{p}.type")
+    return "\n".join(texts)
+
+
+def _text_field(obj: Mapping[str, Any], key: str, param: str) -> str:
+    value = obj.get(key)
+    if not isinstance(value, str):
+        raise _fail(f"Invalid '{param}.{key}': expected a string.", f"{param}.{key}")
+    return value
+
+
+_ROLES = ("user", "assistant", "system", "developer")
+
+
+def _message(item: Mapping[str, Any], param: str) -> ChatMessage:
+    role = item.get("role")
+    if role not in _ROLES:
+        raise _fail(
+            f"Invalid '{param}.role': expected one of {', '.join(_ROLES)}, got {role!r}.",
+            f"{param}.role",
+        )
+    if "content" not in item:
+        raise _fail(f"Missing required parameter: '{param}.content'.", f"{param}.content",
+                    "missing_required_parameter")  # fmt: skip
+    text = _content_text(item["content"], f"{param}.content")
+    return ChatMessage(role="system" if role == "developer" else role, content=text)
+
+
+def _function_call(item: Mapping[str, Any], param: str) -> ChatMessage:
+    name = _text_field(item, "name", param)
+    arguments = _text_field(item, "arguments", param)
+    try:
+        parsed: Any = json.loads(arguments) if arguments.strip() else {}
+    except json.JSONDecodeError:
+        parsed = arguments  # templates get what the model wrote; never fail a replay on it
+    call = {"type": "function", "id": item.get("call_id"), "function": {"name": name,
+            "arguments": parsed}}  # fmt: skip
+    return ChatMessage(role="assistant", content="", tool_calls=(call,))
+
+
+def _function_call_output(item: Mapping[str, Any], param: str) -> ChatMessage:
+    output = item.get("output")
+    text = output if isinstance(output, str) else _content_text(output, f"{param}.output")
+    return ChatMessage(role="tool", content=text, tool_call_id=item.get("call_id"))
+
+
+def _items(raw: Any) -> list[ChatMessage]:
+    if isinstance(raw, str):
+        return [ChatMessage(role="user", content=raw)]
+    if not isinstance(raw, list):
+        raise _fail("Invalid 'input': expected a string or an array of items.", "input",
+                    "invalid_type")  # fmt: skip
+    messages: list[ChatMessage] = []
+    for i, item in enumerate(raw):
+        param = f"input[{i}]"
+        if not isinstance(item, dict):
+            raise _fail(f"Invalid '{param}': expected an object.", param, "invalid_type")
+        kind = item.get("type", "message")
+        handler = _ITEM_HANDLERS.get(kind)
+        if handler is not None:
+            messages.append(handler(item, param))
+        elif kind == "item_reference":
+            raise NotFound(f"Item '{item.get('id')}' not found: this server stores no items.",
+                           param=f"{param}.id")  # fmt: skip
+        # Other item types of the SDK union (reasoning, hosted tool calls, ...) carry nothing a
+        # chat template can render; they are accepted and left out of the prompt.
+    return _merge_calls(messages)
+
+
+_ITEM_HANDLERS = {
+    "message": _message,
+    "function_call": _function_call,
+    "function_call_output": _function_call_output,
+}
+
+
+def _merge_calls(messages: list[ChatMessage]) -> list[ChatMessage]:
+    """Consecutive calls of one assistant turn become one message with several tool_calls."""
+    out: list[ChatMessage] = []
+    for msg in messages:
+        prev = out[-1] if out else None
+        if msg.tool_calls and prev is not None and prev.role == "assistant" and prev.tool_calls:
+            out[-1] = ChatMessage("assistant", prev.content, prev.tool_calls + msg.tool_calls)
+        elif msg.tool_calls and prev is not None and prev.role == "assistant" and not prev.content:
+            out[-1] = ChatMessage("assistant", prev.content, msg.tool_calls)
+        else:
+            out.append(msg)
+    return out
+
+
+def _with_system(messages: list[ChatMessage], instructions: str | None) -> list[ChatMessage]:
+    """Leading system/developer messages and `instructions` become one system message."""
+    head: list[str] = [instructions] if instructions else []
+    rest = list(messages)
+    while rest and rest[0].role == "system":
+        head.append(rest.pop(0).content)
+    return ([ChatMessage("system", "\n\n".join(head))] if head else []) + rest
+
+
+# ---- tools and settings -----------------------------------------------------------------------
+
+
+def _tools(body: Mapping[str, Any]) -> tuple[list[Any], list[dict[str, Any]]]:
+    """(the tools as sent, for the echo; the function tools in template form)."""
+    tools = _get(body, "tools", (list,), "tools") or []
+    template: list[dict[str, Any]] = []
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, dict) or not isinstance(tool.get("type"), str):
+            raise _fail(f"Invalid 'tools[{i}]': expected an object with a 'type'.", f"tools[{i}]")
+        if tool["type"] == "function":
+            name = _text_field(tool, "name", f"tools[{i}]")
+            function = {"name": name, "description": tool.get("description") or "",
+                        "parameters": tool.get("parameters") or {"type": "object",
+                                                                  "properties": {}}}  # fmt: skip
+            template.append({"type": "function", "function": function})
+        # Tools the server cannot run (hosted search, MCP, ...) are accepted and not offered.
+    return tools, template
+
+
+def _text_format(body: Mapping[str, Any]) -> dict[str, Any]:
+    text = _get(body, "text", (dict,), "text") or {}
+    fmt = text.get("format") or {"type": "text"}
+    if not isinstance(fmt, dict) or fmt.get("type") != "text":
+        kind = fmt.get("type") if isinstance(fmt, dict) else fmt
+        raise _fail(f"Unsupported 'text.format.type': {kind!r}; only 'text' is supported.",
+                    "text.format.type", "unsupported_value")  # fmt: skip
+    verbosity = text.get("verbosity", "medium")
+    if verbosity not in ("low", "medium", "high"):
+        raise _fail("Invalid 'text.verbosity': expected low, medium or high.", "text.verbosity")
+    return {"format": {"type": "text"}, "verbosity": verbosity}
+
+
+def _include(body: Mapping[str, Any]) -> list[str]:
+    include = _get(body, "include", (list,), "include") or []
+    for i, value in enumerate(include):
+        if value not in INCLUDABLE:
+            raise _fail(f"Invalid 'include[{i}]': unknown value {value!r}.", f"include[{i}]")
+    return list(include)
+
+
+def _metadata(body: Mapping[str, Any]) -> dict[str, str]:
+    metadata = _get(body, "metadata", (dict,), "metadata") or {}
+    if len(metadata) > 16:
+        raise _fail("Invalid 'metadata': at most 16 keys.", "metadata")
+    for key, value in metadata.items():
+        if len(key) > 64 or not isinstance(value, str) or len(value) > 512:
+            raise _fail(f"Invalid 'metadata.{key}': keys up to 64 characters, string values "
+                        "up to 512.", f"metadata.{key}")  # fmt: skip
+    return dict(metadata)
+
+
+def _stop(body: Mapping[str, Any]) -> tuple[str, ...]:
+    stop = _get(body, "stop", (str, list), "stop")
+    if stop is None:
+        return ()
+    stops = [stop] if isinstance(stop, str) else stop
+    if len(stops) > 4 or not all(isinstance(s, str) and s for s in stops):
+        raise _fail("Invalid 'stop': up to 4 non-empty strings.", "stop")
+    return tuple(stops)
+
+
+def _sampling(body: Mapping[str, Any]) -> SamplingParams:
+    temperature = _number(body, "temperature", 0.0, 2.0)
+    top_p = _number(body, "top_p", 0.0, 1.0)
+    if top_p == 0.0:
+        raise _fail("Invalid 'top_p': must be greater than 0.", "top_p")
+    penalty = _number(body, "repetition_penalty", 0.01, 10.0)
+    seed = _get(body, "seed", (int,), "seed")
+    return SamplingParams(
+        temperature=1.0 if temperature is None else temperature,
+        top_p=1.0 if top_p is None else top_p,
+        top_k=_integer(body, "top_k", 0) or 0,
+        seed=seed,
+        max_output_tokens=_integer(body, "max_output_tokens", 1),
+        stop=_stop(body),
+        repetition_penalty=1.0 if penalty is None else penalty,
+    )
+
+
+def _unsupported(body: Mapping[str, Any]) -> None:
+    if body.get("background"):
+        raise _fail("'background' responses need a response store, which this server does "
+                    "not have yet.", "background", "unsupported_value")  # fmt: skip
+    if body.get("previous_response_id") is not None:
+        raise NotFound(f"Previous response with id '{body['previous_response_id']}' not found: "
+                       "this server stores no responses.", param="previous_response_id")  # fmt: skip
+    if body.get("conversation") is not None:
+        raise NotFound("Conversation not found: this server stores no conversations.",
+                       param="conversation")  # fmt: skip
+
+
+def normalize(body: Any, *, served_model: str) -> ResponseRequest:
+    """Validate a `POST /v1/responses` body; raise `InvalidRequest` naming the bad parameter."""
+    if not isinstance(body, dict):
+        raise _fail("The request body must be a JSON object.", "body", "invalid_type")
+    _unsupported(body)
+    model = _get(body, "model", (str,), "model") or served_model
+    instructions = _get(body, "instructions", (str,), "instructions")
+    if body.get("input") is None:
+        raise _fail("Missing required parameter: 'input'.", "input", "missing_required_parameter")
+    messages = _with_system(_items(body["input"]), instructions)
+    if not messages:
+        raise _fail("Invalid 'input': it holds no message to respond to.", "input")
+    wire_tools, template_tools = _tools(body)
+    tool_choice = body.get("tool_choice", "auto")
+    sampling = _sampling(body)
+    include = _include(body)
+    top_logprobs = _integer(body, "top_logprobs", 0, 20)
+    include_logprobs = LOGPROBS_INCLUDE in include
+    engine = EngineRequest(
+        messages=tuple(messages),
+        sampling=sampling,
+        tools=tuple(template_tools) if tool_choice != "none" else (),
+        top_logprobs=(top_logprobs or 0) if include_logprobs else None,
+    )
+    echo = {
+        "background": False,
+        "frequency_penalty": 0.0,
+        "presence_penalty": 0.0,
+        "instructions": instructions,
+        "max_output_tokens": sampling.max_output_tokens,
+        "max_tool_calls": _integer(body, "max_tool_calls", 1),
+        "metadata": _metadata(body),
+        "parallel_tool_calls": bool(body.get("parallel_tool_calls", True)),
+        "previous_response_id": None,
+        "prompt_cache_key": _get(body, "prompt_cache_key", (str,), "prompt_cache_key"),
+        "reasoning": _get(body, "reasoning", (dict,), "reasoning")
+        or {"effort": None, "summary": None},
+        "safety_identifier": _get(body, "safety_identifier", (str,), "safety_identifier"),
+        "service_tier": _get(body, "service_tier", (str,), "service_tier") or "default",
+        "store": False,  # nothing is stored yet: say so, whatever was asked
+        "temperature": sampling.temperature,
+        "text": _text_format(body),
+        "tool_choice": tool_choice,
+        "tools": wire_tools,
+        "top_logprobs": top_logprobs or 0,
+        "top_p": sampling.top_p,
+        "truncation": body.get("truncation") or "disabled",
+        "user": _get(body, "user", (str,), "user"),
+    }
+    stream = _get(body, "stream", (bool,), "stream") or False
+    return ResponseRequest(model, stream, engine, echo, include_logprobs)

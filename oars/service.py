@@ -1,0 +1,112 @@
+"""ResponsesService: engine chunks → parsed segments → builder events. Nothing else."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from oars.engines import Engine, Prepared
+from oars.errors import EngineError
+from oars.events import Event, ResponseBuilder
+from oars.generation import EngineChunk, TokenLogprob, Usage
+from oars.normalize import ResponseRequest
+from oars.parsing import Segment, SegmentKind, ThinkParser
+
+log = logging.getLogger("oars.service")
+
+
+class ResponsesService:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def start(self, request: ResponseRequest) -> Run:
+        """Accept a request; client errors (e.g. context length) raise here, before any byte."""
+        prepared = self.engine.prepare(request.engine)
+        builder = ResponseBuilder(
+            request.echo, include_logprobs=request.include_logprobs, model=request.model
+        )
+        return Run(self.engine, prepared, builder)
+
+    async def create(self, request: ResponseRequest) -> dict[str, Any]:
+        """Non-streaming is streaming plus collection: the same run, its final snapshot."""
+        run = self.start(request)
+        async for _ in run.events():
+            pass
+        return run.builder.response
+
+
+@dataclass
+class _Carry:
+    """Tokens not yet attributed to a segment (their text may still be held by a parser)."""
+
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    num_tokens: int = 0
+
+
+class Run:
+    """One generation in flight."""
+
+    def __init__(self, engine: Engine, prepared: Prepared, builder: ResponseBuilder) -> None:
+        self.engine, self.prepared, self.builder = engine, prepared, builder
+        tags = engine.info.think_tags
+        opened = tags is not None and prepared.prompt.rstrip().endswith(tags[0])
+        self.parser = ThinkParser(*tags, in_reasoning=opened) if tags else None
+        self._carry = _Carry()
+        self._reasoning_tokens = 0
+
+    async def events(self) -> AsyncIterator[Event]:
+        for event in self.builder.start():
+            yield event
+        finish: EngineChunk | None = None
+        try:
+            async for chunk in self.engine.generate(self.prepared):
+                for event in self._apply(chunk):
+                    yield event
+                if chunk.finish is not None:
+                    finish = chunk
+        except EngineError as exc:
+            log.warning("generation failed: %s", exc)
+            for event in self.builder.fail(str(exc)):
+                yield event
+            return
+        except Exception:  # the stream's boundary: whatever broke, the client gets response.failed
+            log.exception("generation crashed")
+            for event in self.builder.fail("internal error during generation"):
+                yield event
+            return
+        if finish is None or finish.finish is None:
+            for event in self.builder.fail("the engine stopped without finishing"):
+                yield event
+            return
+        usage = replace(finish.usage or Usage(), reasoning_tokens=self._reasoning_tokens)
+        for event in self.builder.finish(finish.finish, usage):
+            yield event
+
+    def _apply(self, chunk: EngineChunk) -> list[Event]:
+        segments = self._parse(chunk)
+        self._carry.logprobs.extend(chunk.logprobs)
+        self._carry.num_tokens += chunk.num_tokens
+        if not segments:
+            return []
+        # A chunk's tokens belong to the last segment its text completed.
+        carry, self._carry = self._carry, _Carry()
+        last = segments[-1]
+        if last.kind is SegmentKind.REASONING:
+            self._reasoning_tokens += carry.num_tokens
+        events: list[Event] = []
+        for segment in segments[:-1]:
+            events += self.builder.add(segment)
+        lps = tuple(carry.logprobs) if last.kind is SegmentKind.TEXT else ()
+        events += self.builder.add(last, lps)
+        return events
+
+    def _parse(self, chunk: EngineChunk) -> list[Segment]:
+        if self.parser is None:
+            return [Segment(SegmentKind.TEXT, chunk.text)] if chunk.text else []
+        segments = self.parser.feed(chunk.text)
+        if chunk.finish is not None:
+            segments += self.parser.finish()
+        return segments
+

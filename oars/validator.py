@@ -1,0 +1,344 @@
+"""A Responses stream validator: the official SDK's types plus invariants I1–I12.
+
+`validate_sse(text)` parses a raw SSE body; `validate_events(events)` checks decoded events. Each
+violation names the event number, the rule and a short excerpt. `same_response(a, b)` is I12: two
+final objects equal but for ids and timestamps.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Annotated, Any, get_args, get_origin
+
+from openai.types.responses import Response, ResponseStreamEvent
+from pydantic import BaseModel, ValidationError
+
+def _event_classes() -> dict[str, type[BaseModel]]:
+    union = get_args(ResponseStreamEvent)[0] if get_origin(ResponseStreamEvent) is Annotated else (
+        ResponseStreamEvent)  # fmt: skip
+    classes: dict[str, type[BaseModel]] = {}
+    for cls in get_args(union):
+        literal = cls.model_fields["type"].annotation
+        classes[get_args(literal)[0]] = cls
+    return classes
+
+
+_EVENT_CLASSES = _event_classes()
+TERMINAL = ("response.completed", "response.incomplete", "response.failed")
+_TERMINAL_STATUS = dict(zip(TERMINAL, ("completed", "incomplete", "failed"), strict=True))
+
+# Open Responses makes these required (null allowed) on every snapshot.
+SNAPSHOT_FIELDS = (
+    "id object created_at completed_at status incomplete_details model previous_response_id "
+    "instructions output error tools tool_choice truncation parallel_tool_calls text top_p "
+    "presence_penalty frequency_penalty top_logprobs temperature reasoning usage "
+    "max_output_tokens max_tool_calls store background service_tier metadata safety_identifier "
+    "prompt_cache_key"
+).split()
+
+# event type → (accumulated field of the open part or item, field holding the full value at done)
+_DELTAS = {
+    "response.output_text.delta": "part",
+    "response.reasoning_text.delta": "part",
+    "response.refusal.delta": "part",
+    "response.function_call_arguments.delta": "item",
+    "response.custom_tool_call_input.delta": "item",
+}
+_DONES = {
+    "response.output_text.done": ("part", "text"),
+    "response.reasoning_text.done": ("part", "text"),
+    "response.refusal.done": ("part", "refusal"),
+    "response.function_call_arguments.done": ("item", "arguments"),
+    "response.custom_tool_call_input.done": ("item", "input"),
+}
+
+
+@dataclass(frozen=True)
+class Violation:
+    index: int  # event number in the stream (-1: the stream as a whole)
+    rule: str
+    message: str
+    excerpt: str = ""
+
+    def describe(self) -> str:
+        where = f"event {self.index}" if self.index >= 0 else "stream"
+        tail = f" [{self.excerpt}]" if self.excerpt else ""
+        return f"{where}: {self.rule}: {self.message}{tail}"
+
+
+@dataclass
+class Report:
+    events: list[dict[str, Any]] = field(default_factory=list)
+    violations: list[Violation] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    @property
+    def final(self) -> dict[str, Any] | None:
+        last = self.events[-1] if self.events else None
+        return last["response"] if last and last.get("type") in TERMINAL else None
+
+    def text(self) -> str:
+        return "\n".join(v.describe() for v in self.violations)
+
+
+def _excerpt(event: Any) -> str:
+    raw = json.dumps(event, ensure_ascii=False) if not isinstance(event, str) else event
+    return raw if len(raw) <= 120 else raw[:117] + "..."
+
+
+def parse_sse(text: str) -> list[tuple[str | None, str]]:
+    """(event name, data) for each SSE message; comments and `[DONE]` are skipped."""
+    messages: list[tuple[str | None, str]] = []
+    for block in text.replace("\r\n", "\n").split("\n\n"):
+        name, data = None, []
+        for line in block.split("\n"):
+            if line.startswith("event:"):
+                name = line[6:].strip()
+            elif line.startswith("data:"):
+                data.append(line[5:].removeprefix(" "))
+        if data and "\n".join(data).strip() != "[DONE]":
+            messages.append((name, "\n".join(data)))
+    return messages
+
+
+def validate_sse(text: str) -> Report:
+    report = Report()
+    for i, (name, data) in enumerate(parse_sse(text)):
+        try:
+            event = json.loads(data)
+        except json.JSONDecodeError:
+            report.violations.append(Violation(i, "framing", "data is not JSON", _excerpt(data)))
+            continue
+        if name is not None and name != event.get("type"):
+            report.violations.append(
+                Violation(i, "framing", f"event name {name!r} != type {event.get('type')!r}")
+            )
+        report.events.append(event)
+    checked = validate_events(report.events)
+    report.violations.extend(checked.violations)
+    return report
+
+
+def validate_events(events: list[dict[str, Any]]) -> Report:
+    checker = _Checker()
+    for i, event in enumerate(events):
+        checker.check(i, event)
+    checker.finish(len(events))
+    return Report(list(events), checker.violations)
+
+
+class _Checker:
+    def __init__(self) -> None:
+        self.violations: list[Violation] = []
+        self.added: list[dict[str, Any]] = []
+        self.done: list[dict[str, Any]] = []
+        self.open: dict[str, Any] | None = None  # {"item", "index", "acc", "parts", "part"}
+        self.first: dict[str, Any] | None = None
+        self.terminal_at: int | None = None
+        self.ids: set[str] = set()
+        self.pending_error = False
+
+    def fail(self, i: int, rule: str, message: str, event: Any = "") -> None:
+        self.violations.append(Violation(i, rule, message, _excerpt(event) if event else ""))
+
+    def check(self, i: int, event: dict[str, Any]) -> None:
+        kind = event.get("type", "")
+        cls = _EVENT_CLASSES.get(kind)
+        if cls is None:
+            self.fail(i, "schema", f"unknown event type {kind!r}", event)
+        else:
+            try:
+                cls.model_validate(event)
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                self.fail(i, "schema", f"{kind}: {err['loc']} {err['msg']}", event)
+        if event.get("sequence_number") != i:
+            self.fail(i, "I1", f"sequence_number {event.get('sequence_number')} != {i}", event)
+        if self.terminal_at is not None:
+            self.fail(i, "I2", "event after the terminal event", event)
+        if i == 0 and kind != "response.created":
+            self.fail(i, "I2", "first event must be response.created", event)
+        if i == 1 and kind not in ("response.in_progress", "response.queued"):
+            self.fail(i, "I2", "second event must be response.in_progress", event)
+        if "response" in event:
+            self.snapshot(i, event)
+        handler = _HANDLERS.get(kind)
+        if handler is not None:
+            handler(self, i, event)
+        elif kind in _DELTAS:
+            self.delta(i, event, _DELTAS[kind])
+        elif kind in _DONES:
+            self.value_done(i, event, *_DONES[kind])
+
+    # ---- snapshots ----------------------------------------------------------------------
+
+    def snapshot(self, i: int, event: dict[str, Any]) -> None:
+        snap = event["response"]
+        if not isinstance(snap, dict):
+            return self.fail(i, "schema", "response is not an object", event)
+        missing = [f for f in SNAPSHOT_FIELDS if f not in snap]
+        if missing:
+            self.fail(i, "schema", f"snapshot lacks required fields {missing}", event)
+        try:
+            Response.model_validate(snap)
+        except ValidationError as exc:
+            self.fail(i, "schema", f"snapshot: {exc.errors()[0]['loc']} {exc.errors()[0]['msg']}")
+        if self.first is None:
+            self.first = snap
+        else:
+            for key in ("id", "created_at", "model", "instructions", "tools", "tool_choice"):
+                if snap.get(key) != self.first.get(key):
+                    self.fail(i, "I11", f"snapshot {key!r} changed", snap.get(key))
+
+    def terminal(self, i: int, event: dict[str, Any]) -> None:
+        self.terminal_at = i
+        snap = event.get("response", {})
+        if self.pending_error and event["type"] != "response.failed":
+            self.fail(i, "I2", "an error event must be followed by response.failed", event)
+        if snap.get("status") != _TERMINAL_STATUS[event["type"]]:
+            self.fail(i, "I9", f"status {snap.get('status')!r} under {event['type']}")
+        if self.open is not None:
+            self.fail(i, "I8", f"item {self.open['item'].get('id')} never got output_item.done")
+        if snap.get("output") != self.done:
+            self.fail(i, "I9", "terminal output differs from the output_item.done items", event)
+        if not isinstance(snap.get("usage"), dict) and event["type"] != "response.failed":
+            self.fail(i, "I9", "terminal snapshot has no usage", event)
+        if event["type"] == "response.failed" and not snap.get("error"):
+            self.fail(i, "I9", "response.failed without response.error", event)
+        statuses = [item.get("status") for item in self.done]
+        if "incomplete" in statuses[:-1]:
+            self.fail(i, "I10", "an incomplete item is not the last item")
+        if statuses and statuses[-1] == "incomplete" and event["type"] == "response.completed":
+            self.fail(i, "I10", "incomplete item in a completed response")
+
+    # ---- items --------------------------------------------------------------------------
+
+    def item_added(self, i: int, event: dict[str, Any]) -> None:
+        item = event.get("item", {})
+        if self.open is not None:
+            self.fail(i, "I3", "item added while another is open", event)
+        if event.get("output_index") != len(self.added):
+            self.fail(i, "I4", f"output_index {event.get('output_index')} != {len(self.added)}")
+        if not item.get("id") or item["id"] in self.ids:
+            self.fail(i, "I6", "item id empty or reused", event)
+        self.ids.add(item.get("id", ""))
+        if item.get("status") != "in_progress":
+            self.fail(i, "I10", f"added item status {item.get('status')!r}", event)
+        self.added.append(item)
+        acc = item.get("arguments", item.get("input", ""))
+        self.open = {"item": item, "index": event.get("output_index"), "acc": acc, "parts": []}
+
+    def item_done(self, i: int, event: dict[str, Any]) -> None:
+        item = event.get("item", {})
+        if not self.same_item(i, event):
+            return
+        assert self.open is not None
+        if any(not p["closed"] for p in self.open["parts"]):
+            self.fail(i, "I3", "item done with a content part still open", event)
+        first = self.open["item"]
+        for key in ("id", "type", "call_id", "name"):
+            if first.get(key) != item.get(key):
+                self.fail(i, "I6", f"item {key!r} changed between added and done", event)
+        if item.get("status") not in ("completed", "incomplete"):
+            self.fail(i, "I10", f"done item status {item.get('status')!r}", event)
+        content = item.get("content")
+        if isinstance(content, list) and self.open["parts"]:
+            texts = [p["acc"] for p in self.open["parts"]]
+            got = [c.get("text", c.get("refusal")) for c in content]
+            if texts != got:
+                self.fail(i, "I7", "item content differs from the streamed deltas", event)
+        self.done.append(item)
+        self.open = None
+
+    def same_item(self, i: int, event: dict[str, Any]) -> bool:
+        if self.open is None:
+            self.fail(i, "I3", "event for no open item", event)
+            return False
+        item_id = event.get("item_id", event.get("item", {}).get("id"))
+        if not item_id or item_id != self.open["item"].get("id"):
+            self.fail(i, "I6", f"item_id {item_id!r} is not the open item", event)
+        if event.get("output_index") != self.open["index"]:
+            self.fail(i, "I4", f"output_index {event.get('output_index')} != open item's", event)
+        return True
+
+    def part_added(self, i: int, event: dict[str, Any]) -> None:
+        if not self.same_item(i, event):
+            return
+        assert self.open is not None
+        parts = self.open["parts"]
+        if parts and not parts[-1]["closed"]:
+            self.fail(i, "I3", "content part added while another is open", event)
+        if event.get("content_index") != len(parts):
+            self.fail(i, "I5", f"content_index {event.get('content_index')} != {len(parts)}")
+        parts.append({"acc": "", "closed": False, "type": event.get("part", {}).get("type")})
+
+    def open_part(self, i: int, event: dict[str, Any]) -> dict[str, Any] | None:
+        if not self.same_item(i, event):
+            return None
+        assert self.open is not None
+        parts = self.open["parts"]
+        if not parts or parts[-1]["closed"]:
+            self.fail(i, "I3", "content event with no open content part", event)
+            return None
+        if event.get("content_index") != len(parts) - 1:
+            self.fail(i, "I5", f"content_index {event.get('content_index')} != {len(parts) - 1}")
+        return parts[-1]  # type: ignore[no-any-return]
+
+    def part_done(self, i: int, event: dict[str, Any]) -> None:
+        part = self.open_part(i, event)
+        if part is None:
+            return
+        body = event.get("part", {})
+        if body.get("text", body.get("refusal")) != part["acc"]:
+            self.fail(i, "I7", "content_part.done text differs from the deltas", event)
+        part["closed"] = True
+
+    def delta(self, i: int, event: dict[str, Any], scope: str) -> None:
+        target = self.open_part(i, event) if scope == "part" else self.open_target(i, event)
+        if target is not None:
+            target["acc"] += event.get("delta", "")
+
+    def open_target(self, i: int, event: dict[str, Any]) -> dict[str, Any] | None:
+        return self.open if self.same_item(i, event) else None
+
+    def value_done(self, i: int, event: dict[str, Any], scope: str, key: str) -> None:
+        target = self.open_part(i, event) if scope == "part" else self.open_target(i, event)
+        if target is not None and event.get(key) != target["acc"]:
+            self.fail(i, "I7", f"{key} at done differs from the concatenated deltas", event)
+
+    def error(self, i: int, event: dict[str, Any]) -> None:
+        self.pending_error = True
+
+    def finish(self, count: int) -> None:
+        if self.terminal_at is None:
+            self.fail(-1, "I2", f"stream of {count} events ended without a terminal event")
+
+
+_HANDLERS = {
+    "response.output_item.added": _Checker.item_added,
+    "response.output_item.done": _Checker.item_done,
+    "response.content_part.added": _Checker.part_added,
+    "response.content_part.done": _Checker.part_done,
+    "response.completed": _Checker.terminal,
+    "response.incomplete": _Checker.terminal,
+    "response.failed": _Checker.terminal,
+    "error": _Checker.error,
+}
+
+
+def _strip_ids(value: Any) -> Any:
+    volatile = {"id", "item_id", "call_id", "created_at", "completed_at"}
+    if isinstance(value, dict):
+        return {k: _strip_ids(v) for k, v in value.items() if k not in volatile}
+    if isinstance(value, list):
+        return [_strip_ids(v) for v in value]
+    return value
+
+
+def same_response(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """I12: equal but for ids and timestamps."""
+    return _strip_ids(a) == _strip_ids(b)  # type: ignore[no-any-return]
