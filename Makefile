@@ -1,0 +1,42 @@
+# Everything a new machine needs, from the system Python, a C compiler and cmake.
+# Each step is skipped when already done, so these targets are fast the second time.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: serve test test-fast lint bench pull
+
+serve: $(VENV)/.installed-serve  ## set up, pull the default model on first use, serve on 127.0.0.1:8000
+	$(BIN)/oars serve
+
+test: $(VENV)/.installed-test  ## set up and run the whole suite (real model, real clients)
+	$(BIN)/oars pull
+	$(BIN)/python -m pytest -q
+
+test-fast: $(VENV)/.installed-test  ## the fast tier: no model, seconds
+	$(BIN)/python -m pytest -q -m "not model"
+
+lint: $(VENV)/.installed-test
+	$(BIN)/ruff check oars tests bench
+	$(BIN)/ruff format --check oars tests bench
+	$(BIN)/mypy oars
+
+bench: $(VENV)/.installed-test
+	$(BIN)/oars pull
+	$(BIN)/python -m bench.run
+
+pull: $(VENV)/.installed-serve
+	$(BIN)/oars pull
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+# llama-cpp-python builds from source the first time (about 5-7 minutes on 2 cores).
+$(VENV)/.installed-serve: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[llama]'
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[llama,test]'
+	touch $@

@@ -1,0 +1,61 @@
+"""Golden event sequences (ids normalized) for the builder driven through the service."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from oars.engines.base import ModelInfo
+from oars.generation import FinishReason
+from oars.normalize import normalize
+from oars.service import ResponsesService
+from oars.testing import ScriptedEngine
+from oars.validator import validate_events
+from tests.conftest import normalize_ids
+
+GOLDEN = Path(__file__).parent.parent / "fixtures" / "golden"
+THINKER = ModelInfo("thinker", 4096, think_tags=("<think>", "</think>"))
+
+CASES: dict[str, tuple[ScriptedEngine, dict[str, Any]]] = {
+    "text": (ScriptedEngine(["Hel", "lo", "!"]), {}),
+    "reasoning_then_text": (
+        ScriptedEngine(["<think>", "plan", " it", "</think>\n\n", "Hi"], info=THINKER), {}),
+    "incomplete": (ScriptedEngine(["a", "b", "c"]), {"max_output_tokens": 2}),
+    "incomplete_in_reasoning": (
+        ScriptedEngine(["<think>", "hm", "m"], info=THINKER), {"max_output_tokens": 2}),
+    "failed_mid_stream": (ScriptedEngine(["a", ScriptedEngine.FAIL]), {}),
+    "whitespace_only": (ScriptedEngine(["\n", "\n"]), {}),
+    "logprobs": (
+        ScriptedEngine(["Hi", " there"], logprobs=True),
+        {"include": ["message.output_text.logprobs"], "top_logprobs": 0}),
+    "length_finish_from_engine": (ScriptedEngine(["x"], finish=FinishReason.LENGTH), {}),
+}  # fmt: skip
+
+
+def _events(engine: ScriptedEngine, extra: dict[str, Any]) -> list[dict[str, Any]]:
+    service = ResponsesService(engine)
+    run = service.start(normalize({"input": "hi", "model": "m", **extra}, served_model="m"))
+
+    async def collect() -> list[dict[str, Any]]:
+        return [e async for e in run.events()]
+
+    return asyncio.run(collect())
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_golden(name: str) -> None:
+    engine, extra = CASES[name]
+    events = _events(engine, extra)
+    report = validate_events(events)
+    assert report.ok, report.text()
+    got = normalize_ids(events)
+    path = GOLDEN / f"{name}.json"
+    if os.environ.get("OARS_UPDATE_GOLDEN"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(got, indent=1, ensure_ascii=False) + "\n")
+    assert got == json.loads(path.read_text())
