@@ -50,7 +50,7 @@ class ChatTemplate:
                 **self._tokens,
                 **kwargs,
             )
-        except TemplateError as exc:
+        except (TemplateError, TypeError, ValueError) as exc:
             raise InvalidRequest(
                 f"The model's chat template rejected the input: {exc}", param="input"
             ) from exc

