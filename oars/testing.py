@@ -27,6 +27,7 @@ class ScriptedEngine:
     info: ModelInfo = field(default_factory=lambda: ModelInfo("scripted", context_length=4096))
     logprobs: bool = False
     delay: float = 0.0
+    busy: bool = False
     requests: list[EngineRequest] = field(default_factory=list)
 
     def prepare(self, request: EngineRequest) -> Prepared:

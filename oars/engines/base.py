@@ -27,6 +27,7 @@ class Prepared:
 
 class Engine(Protocol):
     info: ModelInfo
+    busy: bool  # a generation is running (for /health and tests of cancellation)
 
     def prepare(self, request: EngineRequest) -> Prepared:
         """Render and check the prompt; raise a `ClientError` (e.g. context length) if unfit.

@@ -71,6 +71,7 @@ class LlamaEngine:
         self._add_bos = meta.get("tokenizer.ggml.add_bos_token", "false") == "true"
         think = ("<think>", "</think>") if "<think>" in source else None
         self.info = ModelInfo(model_id or path.stem, context_length=n_ctx, think_tags=think)
+        self.busy = False
         self._jobs: queue.Queue[_Job] = queue.Queue()
         self._worker = threading.Thread(target=self._serve, name="oars-engine", daemon=True)
         self._worker.start()
@@ -116,11 +117,14 @@ class LlamaEngine:
             job = self._jobs.get()
             if job.cancel.is_set():
                 continue
+            self.busy = True
             try:
                 _Decode(self, job).run()
             except Exception as exc:  # the worker must survive any one job
                 log.exception("decode failed")
                 job.emit(EngineError(f"generation failed: {exc}"))
+            finally:
+                self.busy = False
 
     def reuse_prefix(self, tokens: tuple[int, ...]) -> int:
         """Keep the KV cache for the longest common prefix; return its length."""

@@ -64,7 +64,8 @@ def create_app(service: ResponsesService) -> Starlette:
         return JSONResponse({"object": "list", "data": [model]})
 
     async def health(request: Request) -> Response:
-        return JSONResponse({"status": "ok", "model": service.engine.info.id})
+        engine = service.engine
+        return JSONResponse({"status": "ok", "model": engine.info.id, "busy": engine.busy})
 
     async def client_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ClientError)

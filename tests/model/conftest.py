@@ -1,0 +1,82 @@
+"""The slow tier: a real `oars serve` on the default model, in a subprocess, on loopback."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Base URL (…/v1) of a real server; context 4096 keeps the over-long-prompt test cheap."""
+    port = _free_port()
+    log = tmp_path_factory.mktemp("server") / "oars.log"
+    cmd = [sys.executable, "-m", "oars.cli", "serve", "--port", str(port), "--ctx", "4096"]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ))
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_ready(base, proc, log)
+        yield f"{base}/v1"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def _wait_ready(base: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"oars serve exited:\n{log.read_text()[-3000:]}")
+        try:
+            if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"oars serve did not become ready:\n{log.read_text()[-3000:]}")
+
+
+class RecordingTransport(httpx.HTTPTransport):
+    """Keeps the raw bytes of every response body, so SDK streams go through the validator too."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bodies: list[bytes] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = super().handle_request(request)
+        chunks: list[bytes] = []
+        self.bodies.append(b"")
+        slot = len(self.bodies) - 1
+        inner = response.stream
+
+        class Tee(httpx.SyncByteStream):
+            def __iter__(self_inner) -> Iterator[bytes]:
+                for chunk in inner:  # type: ignore[union-attr]
+                    chunks.append(chunk)
+                    self.bodies[slot] = b"".join(chunks)
+                    yield chunk
+
+            def close(self_inner) -> None:
+                inner.close()  # type: ignore[union-attr]
+
+        response.stream = Tee()
+        return response
