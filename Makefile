@@ -9,7 +9,9 @@ BIN := $(VENV)/bin
 serve: $(VENV)/.installed-serve  ## set up, pull the default model on first use, serve on 127.0.0.1:8000
 	$(BIN)/oars serve
 
-test: $(VENV)/.installed-test  ## set up and run the whole suite (real model, real clients)
+test: $(VENV)/.installed-test  ## set up and run the whole suite (lint, real model, real clients)
+	$(BIN)/ruff check oars tests bench
+	$(BIN)/mypy oars tests
 	$(BIN)/oars pull
 	$(BIN)/python -m pytest -q
 
@@ -19,7 +21,7 @@ test-fast: $(VENV)/.installed-test  ## the fast tier: no model, seconds
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check oars tests bench
 	$(BIN)/ruff format --check oars tests bench
-	$(BIN)/mypy oars
+	$(BIN)/mypy oars tests
 
 bench: $(VENV)/.installed-test
 	$(BIN)/oars pull

@@ -20,13 +20,18 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="oars", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve the Responses API")
-    serve.add_argument("--model", type=Path, default=_env("MODEL", "") or None,
-                       help="a GGUF file (default: the built-in model, pulled on first use)")
+    serve.add_argument(
+        "--model",
+        type=Path,
+        default=_env("MODEL", "") or None,
+        help="a GGUF file (default: the built-in model, pulled on first use)",
+    )
     serve.add_argument("--model-id", default=None, help="the name /v1/models reports")
     serve.add_argument("--host", default=_env("HOST", "127.0.0.1"))
     serve.add_argument("--port", type=int, default=int(_env("PORT", "8000")))
-    serve.add_argument("--ctx", type=int, default=int(_env("CTX", "16384")),
-                       help="context window in tokens")
+    serve.add_argument(
+        "--ctx", type=int, default=int(_env("CTX", "16384")), help="context window in tokens"
+    )
     serve.add_argument("--threads", type=int, default=None)
     serve.add_argument("--log-level", default=_env("LOG_LEVEL", "info"))
     sub.add_parser("pull", help="download and verify the default model")

@@ -67,4 +67,6 @@ class EngineError(OarsError):
     code = "server_error"
 
     def body(self) -> dict[str, Any]:
-        return {"error": {"message": str(self), "type": self.type, "param": None, "code": self.code}}
+        return {
+            "error": {"message": str(self), "type": self.type, "param": None, "code": self.code}
+        }

@@ -44,6 +44,10 @@ def _fail(message: str, param: str, code: str = "invalid_value") -> InvalidReque
     return InvalidRequest(message, param=param, code=code)
 
 
+_KIND_NAMES = {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
+               int: "an integer", float: "a number"}  # fmt: skip
+
+
 def _type_name(value: Any) -> str:
     return {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}.get(
         type(value), "null" if value is None else "a number"
@@ -55,10 +59,10 @@ def _get(body: Mapping[str, Any], key: str, kinds: tuple[type, ...], param: str)
     value = body.get(key)
     if value is None:
         return None
-    if bool in kinds or not isinstance(value, bool):  # bool is an int: keep them apart
-        if isinstance(value, kinds):
-            return value
-    wanted = " or ".join(_type_name(k()) if k is not float else "a number" for k in kinds)
+    # bool is an int in Python, not in JSON: keep them apart
+    if isinstance(value, kinds) and (bool in kinds or not isinstance(value, bool)):
+        return value
+    wanted = " or ".join(_KIND_NAMES[k] for k in kinds)
     raise _fail(
         f"Invalid type for '{param}': expected {wanted}, got {_type_name(value)}.",
         param,

@@ -109,4 +109,3 @@ class Run:
         if chunk.finish is not None:
             segments += self.parser.finish()
         return segments
-

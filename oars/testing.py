@@ -1,8 +1,8 @@
 """Test helpers shipped with the package: a scripted engine that needs no model.
 
-    engine = ScriptedEngine(["Hel", "lo", "!"])             # three chunks, then stop
-    engine = ScriptedEngine(["Hi"], finish=FinishReason.LENGTH)
-    engine = ScriptedEngine(["Hi", ScriptedEngine.FAIL])     # an engine failure mid-stream
+engine = ScriptedEngine(["Hel", "lo", "!"])             # three chunks, then stop
+engine = ScriptedEngine(["Hi"], finish=FinishReason.LENGTH)
+engine = ScriptedEngine(["Hi", ScriptedEngine.FAIL])     # an engine failure mid-stream
 """
 
 from __future__ import annotations

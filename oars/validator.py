@@ -14,6 +14,7 @@ from typing import Annotated, Any, get_args, get_origin
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import BaseModel, ValidationError
 
+
 def _event_classes() -> dict[str, type[BaseModel]]:
     union = get_args(ResponseStreamEvent)[0] if get_origin(ResponseStreamEvent) is Annotated else (
         ResponseStreamEvent)  # fmt: skip
@@ -29,13 +30,39 @@ TERMINAL = ("response.completed", "response.incomplete", "response.failed")
 _TERMINAL_STATUS = dict(zip(TERMINAL, ("completed", "incomplete", "failed"), strict=True))
 
 # Open Responses makes these required (null allowed) on every snapshot.
-SNAPSHOT_FIELDS = (
-    "id object created_at completed_at status incomplete_details model previous_response_id "
-    "instructions output error tools tool_choice truncation parallel_tool_calls text top_p "
-    "presence_penalty frequency_penalty top_logprobs temperature reasoning usage "
-    "max_output_tokens max_tool_calls store background service_tier metadata safety_identifier "
-    "prompt_cache_key"
-).split()
+SNAPSHOT_FIELDS = [
+    "id",
+    "object",
+    "created_at",
+    "completed_at",
+    "status",
+    "incomplete_details",
+    "model",
+    "previous_response_id",
+    "instructions",
+    "output",
+    "error",
+    "tools",
+    "tool_choice",
+    "truncation",
+    "parallel_tool_calls",
+    "text",
+    "top_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "top_logprobs",
+    "temperature",
+    "reasoning",
+    "usage",
+    "max_output_tokens",
+    "max_tool_calls",
+    "store",
+    "background",
+    "service_tier",
+    "metadata",
+    "safety_identifier",
+    "prompt_cache_key",
+]
 
 # event type → (accumulated field of the open part or item, field holding the full value at done)
 _DELTAS = {

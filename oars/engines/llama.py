@@ -42,7 +42,7 @@ _PENALTY_WINDOW = 64
 @dataclass
 class _Job:
     prepared: Prepared
-    emit: Callable[[EngineChunk | BaseException], None]
+    emit: Callable[[EngineChunk | BaseException], object]
     cancel: threading.Event = field(default_factory=threading.Event)
 
 
@@ -84,7 +84,9 @@ class LlamaEngine:
     def prepare(self, request: EngineRequest) -> Prepared:
         messages = [m.to_template() for m in request.messages]
         prompt = self.template.render(messages, request.tools, **request.template_kwargs)
-        add_bos = self._add_bos and not prompt.startswith(self.template._tokens["bos_token"] or "\0")
+        add_bos = self._add_bos and not prompt.startswith(
+            self.template._tokens["bos_token"] or "\0"
+        )
         tokens = tuple(self.llm.tokenize(prompt.encode(), add_bos=add_bos, special=True))
         limit = self.info.context_length
         if len(tokens) >= limit:
@@ -187,7 +189,11 @@ class _Decode:
         if self.job.cancel.is_set():
             return
         usage = Usage(input_tokens=len(prompt), cached_tokens=cached, output_tokens=self.produced)
-        tail = self.held + self.decoder.decode(b"", final=True) if reason is FinishReason.LENGTH else ""
+        tail = (
+            self.held + self.decoder.decode(b"", final=True)
+            if reason is FinishReason.LENGTH
+            else ""
+        )
         self.job.emit(EngineChunk(tail, 0, finish=reason, usage=usage))
 
     def _emit_token(self, token: int, logits: np.ndarray) -> bool:

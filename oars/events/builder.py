@@ -176,11 +176,11 @@ class ResponseBuilder:
         """Apply one parsed segment of model output."""
         if not segment.text:
             return []
-        if segment.kind is SegmentKind.TEXT and not self._is_open("message"):
-            if not segment.text.strip():
-                # Whitespace alone does not open a message: it may only separate a call.
-                self._pending_space.append((segment.text, logprobs))
-                return []
+        opens_message = segment.kind is SegmentKind.TEXT and not self._is_open("message")
+        if opens_message and not segment.text.strip():
+            # Whitespace alone does not open a message: it may only separate a call.
+            self._pending_space.append((segment.text, logprobs))
+            return []
         events = self._open_for(segment.kind)
         assert self._open is not None
         if segment.kind is SegmentKind.TEXT and self._pending_space:
@@ -227,7 +227,9 @@ class ResponseBuilder:
         self._items.append(item)
         self._open = item
         events.append(
-            self._emit("response.output_item.added", output_index=item.output_index, item=item.wire())
+            self._emit(
+                "response.output_item.added", output_index=item.output_index, item=item.wire()
+            )
         )
         item.parts.append(_Part(part_type))
         events.append(self._part_event("response.content_part.added", item, 0))
@@ -282,7 +284,9 @@ class ResponseBuilder:
         events.append(self._part_event("response.content_part.done", item, index))
         item.status = status
         events.append(
-            self._emit("response.output_item.done", output_index=item.output_index, item=item.wire())
+            self._emit(
+                "response.output_item.done", output_index=item.output_index, item=item.wire()
+            )
         )
         return events
 

@@ -64,7 +64,7 @@ def test_log_softmax_normalizes() -> None:
 
 def test_template_is_sandboxed() -> None:
     evil = "{{ ''.__class__.__mro__[1].__subclasses__() }}"
-    with pytest.raises(Exception, match="unsafe|not safely|access"):
+    with pytest.raises(Exception, match=r"unsafe|not safely|access"):
         ChatTemplate(evil).render([{"role": "user", "content": "x"}])
 
 

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import httpx2  # the transport library of the openai SDK
 import pytest
 
 
@@ -54,21 +55,21 @@ def _wait_ready(base: str, proc: subprocess.Popen[bytes], log: Path) -> None:
     raise RuntimeError(f"oars serve did not become ready:\n{log.read_text()[-3000:]}")
 
 
-class RecordingTransport(httpx.HTTPTransport):
-    """Keeps the raw bytes of every response body, so SDK streams go through the validator too."""
+class RecordingTransport(httpx2.HTTPTransport):
+    """For the openai SDK: keeps the raw bytes of every response body, so SDK streams go through the validator too."""
 
     def __init__(self) -> None:
         super().__init__()
         self.bodies: list[bytes] = []
 
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
         response = super().handle_request(request)
         chunks: list[bytes] = []
         self.bodies.append(b"")
         slot = len(self.bodies) - 1
         inner = response.stream
 
-        class Tee(httpx.SyncByteStream):
+        class Tee(httpx2.SyncByteStream):
             def __iter__(self_inner) -> Iterator[bytes]:
                 for chunk in inner:  # type: ignore[union-attr]
                     chunks.append(chunk)

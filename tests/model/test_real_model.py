@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 import httpx
+import httpx2
 import openai
 import pytest
 
@@ -30,7 +31,7 @@ def _stream(server: str, body: dict[str, Any]) -> Any:
 
 def _client(server: str, transport: RecordingTransport) -> openai.OpenAI:
     return openai.OpenAI(base_url=server, api_key="unused", max_retries=0, timeout=120,
-                         http_client=httpx.Client(transport=transport))  # fmt: skip
+                         http_client=httpx2.Client(transport=transport))  # fmt: skip
 
 
 def _recorded(transport: RecordingTransport) -> Any:
@@ -43,7 +44,11 @@ def test_sdk_create_stream(server: str) -> None:
     transport = RecordingTransport()
     with _client(server, transport) as client:
         stream = client.responses.create(
-            input="What is the capital of France? One sentence.", stream=True, **SHORT
+            model="default",
+            input="What is the capital of France? One sentence.",
+            stream=True,
+            max_output_tokens=24,
+            temperature=0,
         )
         events = list(stream)
     report = _recorded(transport)
@@ -55,9 +60,12 @@ def test_sdk_create_stream(server: str) -> None:
 
 def test_sdk_stream_helper_final_response(server: str) -> None:
     transport = RecordingTransport()
-    with _client(server, transport) as client, client.responses.stream(
-        input="Say hello.", **SHORT
-    ) as stream:
+    with (
+        _client(server, transport) as client,
+        client.responses.stream(
+            model="default", input="Say hello.", max_output_tokens=24, temperature=0
+        ) as stream,
+    ):
         for _ in stream:
             pass
         final = stream.get_final_response()

@@ -1,0 +1,152 @@
+"""Benchmarks of the foundation, each a ratio against a reference measured in the same run.
+
+    make bench            # or: .venv/bin/python -m bench.run [--reps N] [--tokens N]
+
+1. Decode tokens/s through HTTP+SSE (a real `oars serve` subprocess, streamed with httpx) versus
+   the raw engine loop in this process with no server, builder or parser, on the same prompts.
+   Runs alternate raw/HTTP so that machine noise hits both alike. Each run gets a fresh prompt
+   prefix so nothing comes from the KV cache, and time to first token includes the prefill.
+2. The builder: events per second through service + builder + SSE encoding on the scripted engine,
+   versus the scripted engine's own chunks per second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from oars.engines.llama import LlamaEngine
+from oars.generation import ChatMessage, EngineRequest, SamplingParams
+from oars.http.sse import encode
+from oars.normalize import normalize
+from oars.service import ResponsesService
+from oars.testing import ScriptedEngine
+from oars.weights import DEFAULT_MODEL, pull
+from tests.model.conftest import _free_port, _wait_ready
+
+PROMPT = "Count from 1 to 300, separated by commas, and nothing else."
+
+
+@dataclass
+class Run:
+    ttft: float  # seconds from request to first text
+    decode_tps: float  # tokens/s after the first token
+
+
+def _prompt(rep: int) -> str:
+    return f"Run {rep}. {PROMPT}"
+
+
+async def _raw(engine: LlamaEngine, rep: int, tokens: int) -> Run:
+    request = EngineRequest(
+        (ChatMessage("user", _prompt(rep)),),
+        SamplingParams(temperature=0, max_output_tokens=tokens),
+    )
+    start = time.perf_counter()
+    prepared = engine.prepare(request)
+    first = last = 0.0
+    produced = 0
+    async for chunk in engine.generate(prepared):
+        now = time.perf_counter()
+        if chunk.num_tokens and not first:
+            first = now
+        produced += chunk.num_tokens
+        if chunk.num_tokens:
+            last = now
+    return Run(first - start, (produced - 1) / (last - first))
+
+
+def _http(base: str, rep: int, tokens: int) -> Run:
+    body = {"model": "bench", "input": _prompt(rep), "temperature": 0,
+            "max_output_tokens": tokens, "stream": True}  # fmt: skip
+    start = time.perf_counter()
+    first = last = 0.0
+    usage: dict[str, Any] = {}
+    with httpx.stream("POST", f"{base}/v1/responses", json=body, timeout=300) as r:
+        for line in r.iter_lines():
+            if not line.startswith("data: "):
+                continue
+            now = time.perf_counter()
+            event = json.loads(line[6:])
+            if event["type"] == "response.output_text.delta":
+                first = first or now
+                last = now
+            elif event["type"] in ("response.completed", "response.incomplete"):
+                usage = event["response"]["usage"]
+    # A token that ends mid-character sends no delta of its own: count tokens from usage.
+    return Run(first - start, (usage["output_tokens"] - 1) / (last - first))
+
+
+def _builder(n: int) -> tuple[float, float]:
+    engine = ScriptedEngine(["tok"] * n)
+
+    async def chunks_only() -> float:
+        start = time.perf_counter()
+        prepared = engine.prepare(normalize({"input": "x"}, served_model="m").engine)
+        count = sum([1 async for _ in engine.generate(prepared)])
+        return count / (time.perf_counter() - start)
+
+    async def through_builder() -> float:
+        start = time.perf_counter()
+        run = ResponsesService(engine).start(normalize({"input": "x"}, served_model="m"))
+        count = 0
+        async for event in run.events():
+            encode(event)
+            count += 1
+        return count / (time.perf_counter() - start)
+
+    return asyncio.run(chunks_only()), asyncio.run(through_builder())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--tokens", type=int, default=128)
+    args = parser.parse_args()
+    path = pull()
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "oars.cli", "serve", "--port", str(port), "--log-level", "warning"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    try:
+        from pathlib import Path
+
+        _wait_ready(base, server, Path("/dev/null"))
+        engine = LlamaEngine(path, model_id=DEFAULT_MODEL.name)
+        raw_runs, http_runs = [], []
+        asyncio.run(_raw(engine, -1, 8))  # warm-up both
+        _http(base, -1, 8)
+        for rep in range(args.reps):
+            raw_runs.append(asyncio.run(_raw(engine, rep, args.tokens)))
+            http_runs.append(_http(base, rep + 1000, args.tokens))
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    med = statistics.median
+    raw_tps, http_tps = med(r.decode_tps for r in raw_runs), med(r.decode_tps for r in http_runs)
+    chunks_ps, events_ps = _builder(20000)
+    print(f"| measure ({args.reps} alternating runs, {args.tokens} tokens, median) | value |")
+    print("|---|---|")
+    print(f"| decode tok/s, raw engine loop (reference) | {raw_tps:.1f} |")
+    print(f"| decode tok/s, HTTP+SSE | {http_tps:.1f} |")
+    print(f"| **ratio HTTP+SSE / raw** | **{http_tps / raw_tps:.3f}** |")
+    print(f"| time to first token, raw (s) | {med(r.ttft for r in raw_runs):.3f} |")
+    print(f"| time to first token, HTTP+SSE (s) | {med(r.ttft for r in http_runs):.3f} |")
+    print(f"| scripted engine chunks/s (reference) | {chunks_ps:,.0f} |")
+    print(f"| builder events/s (service+builder+SSE encode) | {events_ps:,.0f} |")
+    print(f"| **ratio builder events / engine chunks** | **{events_ps / chunks_ps:.3f}** |")
+
+
+if __name__ == "__main__":
+    main()
