@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 
 from oars.engines.llama import LlamaEngine
-from oars.generation import ChatMessage, EngineRequest, SamplingParams
+from oars.generation import ChatMessage, Constraint, EngineRequest, GrammarKind, SamplingParams
 from oars.http.sse import encode
 from oars.normalize import normalize
 from oars.service import ResponsesService
@@ -42,14 +42,27 @@ class Run:
     decode_tps: float  # tokens/s after the first token
 
 
-def _prompt(rep: int) -> str:
-    return f"Run {rep}. {PROMPT}"
+JSON_PROMPT = "Describe three fictional people as JSON: name, age, hobbies, city."
+JSON_SCHEMA = {
+    "type": "object",
+    "properties": {"people": {"type": "array", "items": {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
+                       "hobbies": {"type": "array", "items": {"type": "string"}},
+                       "city": {"type": "string"}},
+        "required": ["name", "age", "hobbies", "city"]}}},
+    "required": ["people"],
+}  # fmt: skip
 
 
-async def _raw(engine: LlamaEngine, rep: int, tokens: int) -> Run:
+async def _raw(
+    engine: LlamaEngine, rep: int, tokens: int, prompt: str = PROMPT,
+    constraint: Constraint | None = None,
+) -> Run:  # fmt: skip
     request = EngineRequest(
-        (ChatMessage("user", _prompt(rep)),),
+        (ChatMessage("user", f"Run {rep}. {prompt}"),),
         SamplingParams(temperature=0, max_output_tokens=tokens),
+        constraint=constraint,
     )
     start = time.perf_counter()
     prepared = engine.prepare(request)
@@ -66,7 +79,7 @@ async def _raw(engine: LlamaEngine, rep: int, tokens: int) -> Run:
 
 
 def _http(base: str, rep: int, tokens: int) -> Run:
-    body = {"model": "bench", "input": _prompt(rep), "temperature": 0,
+    body = {"model": "bench", "input": f"Run {rep}. {PROMPT}", "temperature": 0,
             "max_output_tokens": tokens, "stream": True}  # fmt: skip
     start = time.perf_counter()
     first = last = 0.0
@@ -130,6 +143,14 @@ def main() -> None:
         for rep in range(args.reps):
             raw_runs.append(asyncio.run(_raw(engine, rep, args.tokens)))
             http_runs.append(_http(base, rep + 1000, args.tokens))
+        constraint = Constraint(GrammarKind.JSON_SCHEMA, json.dumps(JSON_SCHEMA))
+        free_runs, json_runs = [], []
+        asyncio.run(_raw(engine, -2, 8, JSON_PROMPT, constraint))  # builds the tokenizer once
+        for rep in range(args.reps):
+            free_runs.append(asyncio.run(_raw(engine, 2000 + rep, args.tokens, JSON_PROMPT)))
+            json_runs.append(
+                asyncio.run(_raw(engine, 3000 + rep, args.tokens, JSON_PROMPT, constraint))
+            )
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -143,6 +164,11 @@ def main() -> None:
     print(f"| **ratio HTTP+SSE / raw** | **{http_tps / raw_tps:.3f}** |")
     print(f"| time to first token, raw (s) | {med(r.ttft for r in raw_runs):.3f} |")
     print(f"| time to first token, HTTP+SSE (s) | {med(r.ttft for r in http_runs):.3f} |")
+    free_tps = med(r.decode_tps for r in free_runs)
+    json_tps = med(r.decode_tps for r in json_runs)
+    print(f"| decode tok/s, JSON prompt, unconstrained (reference) | {free_tps:.1f} |")
+    print(f"| decode tok/s, JSON prompt, json_schema constraint | {json_tps:.1f} |")
+    print(f"| **ratio constrained / unconstrained** | **{json_tps / free_tps:.3f}** |")
     print(f"| scripted engine chunks/s (reference) | {chunks_ps:,.0f} |")
     print(f"| builder events/s (service+builder+SSE encode) | {events_ps:,.0f} |")
     print(f"| **ratio builder events / engine chunks** | **{events_ps / chunks_ps:.3f}** |")

@@ -46,6 +46,27 @@ class ChatMessage:
         return out
 
 
+class GrammarKind(enum.Enum):
+    JSON_SCHEMA = "json_schema"
+    LARK = "lark"
+    REGEX = "regex"
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """Output must match a grammar, from the first token or (lazily) from a trigger on.
+
+    With `trigger`, text is free until the trigger string appears; the grammar then applies to the
+    rest of the output, starting with the trigger itself (so the grammar must begin with it).
+    `param` names the request field the grammar came from, for error messages.
+    """
+
+    kind: GrammarKind
+    source: str  # the schema as JSON text, or the grammar text
+    param: str = "text.format.schema"
+    trigger: str | None = None
+
+
 @dataclass(frozen=True)
 class EngineRequest:
     """Everything an engine needs to run one generation."""
@@ -55,6 +76,7 @@ class EngineRequest:
     tools: tuple[Mapping[str, Any], ...] = ()  # chat-completions shape, for the template
     top_logprobs: int | None = None  # None: no logprobs; 0..20: logprob plus that many alternatives
     template_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    constraint: Constraint | None = None
 
 
 @dataclass(frozen=True)

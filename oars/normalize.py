@@ -7,12 +7,13 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from oars.errors import InvalidRequest, NotFound
-from oars.generation import ChatMessage, EngineRequest, SamplingParams
+from oars.generation import ChatMessage, Constraint, EngineRequest, GrammarKind, SamplingParams
 
 INCLUDABLE = frozenset(
     {
@@ -230,17 +231,77 @@ def _tools(body: Mapping[str, Any]) -> tuple[list[Any], list[dict[str, Any]]]:
     return tools, template
 
 
-def _text_format(body: Mapping[str, Any]) -> dict[str, Any]:
+def _text_format(body: Mapping[str, Any]) -> tuple[dict[str, Any], Constraint | None]:
+    """(the `text` echo, the output constraint it asks for)."""
     text = _get(body, "text", (dict,), "text") or {}
-    fmt = text.get("format") or {"type": "text"}
-    if not isinstance(fmt, dict) or fmt.get("type") != "text":
-        kind = fmt.get("type") if isinstance(fmt, dict) else fmt
-        raise _fail(f"Unsupported 'text.format.type': {kind!r}; only 'text' is supported.",
-                    "text.format.type", "unsupported_value")  # fmt: skip
-    verbosity = text.get("verbosity", "medium")
+    verbosity = text.get("verbosity") or "medium"
     if verbosity not in ("low", "medium", "high"):
         raise _fail("Invalid 'text.verbosity': expected low, medium or high.", "text.verbosity")
-    return {"format": {"type": "text"}, "verbosity": verbosity}
+    fmt = text.get("format") or {"type": "text"}
+    if not isinstance(fmt, dict):
+        raise _fail("Invalid 'text.format': expected an object.", "text.format", "invalid_type")
+    kind = fmt.get("type")
+    if kind == "text":
+        return {"format": {"type": "text"}, "verbosity": verbosity}, None
+    if kind == "json_object":
+        schema = {"type": "object"}
+        return {"format": {"type": "json_object"}, "verbosity": verbosity}, _json(schema)
+    if kind == "json_schema":
+        return {"format": _json_schema_format(fmt), "verbosity": verbosity}, _json(fmt["schema"])
+    raise _fail(f"Invalid 'text.format.type': {kind!r}; expected text, json_schema or "
+                "json_object.", "text.format.type")  # fmt: skip
+
+
+def _json(schema: Mapping[str, Any]) -> Constraint:
+    return Constraint(GrammarKind.JSON_SCHEMA, json.dumps(schema), param="text.format.schema")
+
+
+def _json_schema_format(fmt: Mapping[str, Any]) -> dict[str, Any]:
+    name = fmt.get("name")
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name):
+        raise _fail("Invalid 'text.format.name': 1-64 letters, digits, '_' or '-'.",
+                    "text.format.name")  # fmt: skip
+    schema = fmt.get("schema")
+    if not isinstance(schema, dict):
+        raise _fail("Missing or invalid 'text.format.schema': expected a JSON Schema object.",
+                    "text.format.schema")  # fmt: skip
+    strict = fmt.get("strict")
+    if strict is not None and not isinstance(strict, bool):
+        raise _fail("Invalid 'text.format.strict': expected a boolean.", "text.format.strict")
+    description = fmt.get("description")
+    return {"type": "json_schema", "name": name, "schema": schema, "strict": strict,
+            "description": description}  # fmt: skip
+
+
+_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+_SUMMARIES = ("auto", "concise", "detailed")
+
+
+def _reasoning(body: Mapping[str, Any]) -> dict[str, Any]:
+    reasoning = _get(body, "reasoning", (dict,), "reasoning") or {}
+    effort, summary = reasoning.get("effort"), reasoning.get("summary")
+    if effort is not None and effort not in _EFFORTS:
+        raise _fail(f"Invalid 'reasoning.effort': expected one of {', '.join(_EFFORTS)}.",
+                    "reasoning.effort")  # fmt: skip
+    if summary is not None and summary not in _SUMMARIES:
+        raise _fail(f"Invalid 'reasoning.summary': expected one of {', '.join(_SUMMARIES)}.",
+                    "reasoning.summary")  # fmt: skip
+    return {"effort": effort, "summary": summary}
+
+
+def _reasoning_switches(reasoning: Mapping[str, Any]) -> dict[str, Any]:
+    """`reasoning.effort` → the chat-template variables model families read.
+
+    Qwen3-style templates read `enable_thinking`; gpt-oss reads `reasoning_effort` (low, medium,
+    high). Templates ignore variables they do not use, so both are set.
+    """
+    effort = reasoning.get("effort")
+    if effort is None:
+        return {}
+    if effort == "none":
+        return {"enable_thinking": False}
+    level = {"minimal": "low", "xhigh": "high", "max": "high"}.get(effort, effort)
+    return {"enable_thinking": True, "reasoning_effort": level}
 
 
 def _include(body: Mapping[str, Any]) -> list[str]:
@@ -317,6 +378,8 @@ def normalize(body: Any, *, served_model: str) -> ResponseRequest:
     wire_tools, template_tools = _tools(body)
     tool_choice = body.get("tool_choice", "auto")
     sampling = _sampling(body)
+    text_echo, constraint = _text_format(body)
+    reasoning = _reasoning(body)
     include = _include(body)
     top_logprobs = _integer(body, "top_logprobs", 0, 20)
     include_logprobs = LOGPROBS_INCLUDE in include
@@ -325,6 +388,8 @@ def normalize(body: Any, *, served_model: str) -> ResponseRequest:
         sampling=sampling,
         tools=tuple(template_tools) if tool_choice != "none" else (),
         top_logprobs=(top_logprobs or 0) if include_logprobs else None,
+        template_kwargs=_reasoning_switches(reasoning),
+        constraint=constraint,
     )
     echo = {
         "background": False,
@@ -337,13 +402,12 @@ def normalize(body: Any, *, served_model: str) -> ResponseRequest:
         "parallel_tool_calls": bool(body.get("parallel_tool_calls", True)),
         "previous_response_id": None,
         "prompt_cache_key": _get(body, "prompt_cache_key", (str,), "prompt_cache_key"),
-        "reasoning": _get(body, "reasoning", (dict,), "reasoning")
-        or {"effort": None, "summary": None},
+        "reasoning": reasoning,
         "safety_identifier": _get(body, "safety_identifier", (str,), "safety_identifier"),
         "service_tier": _get(body, "service_tier", (str,), "service_tier") or "default",
         "store": False,  # nothing is stored yet: say so, whatever was asked
         "temperature": sampling.temperature,
-        "text": _text_format(body),
+        "text": text_echo,
         "tool_choice": tool_choice,
         "tools": wire_tools,
         "top_logprobs": top_logprobs or 0,

@@ -23,6 +23,7 @@ class Prepared:
     request: EngineRequest
     prompt: str
     prompt_tokens: tuple[int, ...]
+    grammar: str | None = None  # the compiled output constraint, if any
 
 
 class Engine(Protocol):

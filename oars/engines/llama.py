@@ -22,6 +22,7 @@ import numpy as np
 
 from oars.chat_template import ChatTemplate
 from oars.engines.base import ModelInfo, Prepared
+from oars.engines.grammar import Grammars, TokenMask
 from oars.engines.sampler import log_softmax, penalize, sample, top_indices
 from oars.errors import ContextLengthExceeded, EngineError
 from oars.generation import (
@@ -71,6 +72,7 @@ class LlamaEngine:
         self._add_bos = meta.get("tokenizer.ggml.add_bos_token", "false") == "true"
         think = ("<think>", "</think>") if "<think>" in source else None
         self.info = ModelInfo(model_id or path.stem, context_length=n_ctx, think_tags=think)
+        self.grammars = Grammars(self._vocab, self.n_vocab)
         self.busy = False
         self._jobs: queue.Queue[_Job] = queue.Queue()
         self._worker = threading.Thread(target=self._serve, name="oars-engine", daemon=True)
@@ -94,7 +96,8 @@ class LlamaEngine:
                 f"The input is {len(tokens)} tokens, which leaves no room in this model's "
                 f"context window of {limit} tokens. Shorten the input."
             )
-        return Prepared(request, prompt, tokens)
+        grammar = self.grammars.compile(request.constraint) if request.constraint else None
+        return Prepared(request, prompt, tokens, grammar)
 
     async def generate(self, prepared: Prepared) -> AsyncIterator[EngineChunk]:
         loop = asyncio.get_running_loop()
@@ -131,7 +134,7 @@ class LlamaEngine:
     def reuse_prefix(self, tokens: tuple[int, ...]) -> int:
         """Keep the KV cache for the longest common prefix; return its length."""
         cached = self.llm._input_ids[: self.llm.n_tokens]
-        limit = min(len(cached), len(tokens) - 1)  # the last prompt token is always evaluated
+        limit = max(0, min(len(cached), len(tokens) - 1))  # the last prompt token is always new
         common = 0
         while common < limit and cached[common] == tokens[common]:
             common += 1
@@ -164,10 +167,14 @@ class _Decode:
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self.held = ""  # text held back because it may start a stop sequence
         self.produced = 0
+        grammar = job.prepared.grammar
+        self.mask: TokenMask | None = engine.grammars.mask(grammar) if grammar else None
 
     def run(self) -> None:
         engine, prompt = self.engine, self.job.prepared.prompt_tokens
-        cached = engine.reuse_prefix(prompt)
+        # A reused prefix and a fresh prefill differ in float rounding, and sampling amplifies
+        # that: a seeded run evaluates its whole prompt so that the same seed gives the same text.
+        cached = engine.reuse_prefix(prompt if self.params.seed is None else ())
         engine.llm.eval(prompt[cached:])
         room = engine.info.context_length - len(prompt)
         budget = min(room, self.params.max_output_tokens or room)
@@ -175,14 +182,19 @@ class _Decode:
         history = list(prompt[-_PENALTY_WINDOW:])
         while self.produced < budget and not self.job.cancel.is_set():
             logits = engine.logits()
+            lps = log_softmax(logits) if self.top_logprobs is not None else None
             penalize(logits, history[-_PENALTY_WINDOW:], self.params.repetition_penalty)
+            if self.mask is not None:
+                self.mask.apply(logits)
             token = sample(logits, self.params, self.rng)
             self.produced += 1
             history.append(token)
             if engine.is_end(token):
                 reason = FinishReason.STOP
                 break
-            if self._emit_token(token, logits):
+            if self.mask is not None:
+                self.mask.consume([token])
+            if self._emit_token(token, lps) or (self.mask is not None and self.mask.done):
                 reason = FinishReason.STOP
                 break
             engine.llm.eval([token])
@@ -196,11 +208,11 @@ class _Decode:
         )
         self.job.emit(EngineChunk(tail, 0, finish=reason, usage=usage))
 
-    def _emit_token(self, token: int, logits: np.ndarray) -> bool:
+    def _emit_token(self, token: int, lps: np.ndarray | None) -> bool:
         """Decode one token and send its text; True when a stop sequence ended the output."""
         raw = b"" if self.engine.is_control(token) else self.engine.token_bytes(token)
         text = self.decoder.decode(raw)
-        logprobs = self._logprobs(token, raw, text, logits)
+        logprobs = self._logprobs(token, raw, text, lps)
         stops = self.params.stop
         if not stops:
             self.job.emit(EngineChunk(text, 1, logprobs))
@@ -215,11 +227,11 @@ class _Decode:
         return False
 
     def _logprobs(
-        self, token: int, raw: bytes, text: str, logits: np.ndarray
+        self, token: int, raw: bytes, text: str, lps: np.ndarray | None
     ) -> tuple[TokenLogprob, ...]:
-        if self.top_logprobs is None:
+        """The model's own distribution (before penalties and grammar masks)."""
+        if lps is None or self.top_logprobs is None:
             return ()
-        lps = log_softmax(logits)
         top = tuple(
             TopLogprob(self._show(b := self.engine.token_bytes(int(t))), tuple(b), float(lps[t]))
             for t in top_indices(lps, self.top_logprobs)

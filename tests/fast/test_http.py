@@ -88,6 +88,16 @@ def test_non_stream_equals_streamed_final() -> None:
         ({"model": "m", "input": "x", "tools": ["x"]}, "tools[0]"),
         ({"model": "m", "input": "x", "metadata": {"k": 1}}, "metadata.k"),
         ({"model": "m", "input": "x", "text": {"format": {"type": "xml"}}}, "text.format.type"),
+        ({"model": "m", "input": "x", "text": {"format": {"type": "json_schema",
+          "schema": {}}}}, "text.format.name"),
+        ({"model": "m", "input": "x", "text": {"format": {"type": "json_schema",
+          "name": "n"}}}, "text.format.schema"),
+        ({"model": "m", "input": "x", "text": {"verbosity": "loud"}}, "text.verbosity"),
+        ({"model": "m", "input": "x", "reasoning": {"effort": "huge"}}, "reasoning.effort"),
+        ({"model": "m", "input": "x", "top_k": -1}, "top_k"),
+        ({"model": "m", "input": "x", "repetition_penalty": 0}, "repetition_penalty"),
+        ({"model": "m", "input": "x", "stop": ["a", "b", "c", "d", "e"]}, "stop"),
+        ({"model": "m", "input": "x", "seed": 1.5}, "seed"),
         ([1, 2], "body"),
     ],
 )  # fmt: skip
@@ -97,6 +107,15 @@ def test_bad_input_is_400_naming_the_param(body: Any, param: str) -> None:
     error = r.json()["error"]
     assert set(error) == {"message", "type", "param", "code"}
     assert error["param"] == param and error["type"] == "invalid_request_error"
+
+
+def test_reasoning_effort_reaches_the_template() -> None:
+    engine = ScriptedEngine()
+    _post({"model": "m", "input": "x", "reasoning": {"effort": "none"}}, engine)
+    assert engine.requests[-1].template_kwargs == {"enable_thinking": False}
+    _post({"model": "m", "input": "x", "reasoning": {"effort": "high"}}, engine)
+    assert engine.requests[-1].template_kwargs == {"enable_thinking": True,
+                                                   "reasoning_effort": "high"}  # fmt: skip
 
 
 def test_invalid_json_is_400() -> None:

@@ -79,9 +79,7 @@ def test_streamed_final_equals_non_streamed(server: str) -> None:
             "max_output_tokens": 20}  # fmt: skip
     streamed = _stream(server, body).final
     plain = _raw(server, body).json()
-    # The second run finds the prompt in the KV cache and says so; nothing else may differ.
-    assert plain["usage"]["input_tokens_details"]["cached_tokens"] > 0
-    plain["usage"]["input_tokens_details"] = streamed["usage"]["input_tokens_details"]
+    # A seeded run does not reuse the KV cache (see the engine), so nothing may differ.
     assert same_response(streamed, plain), (streamed["output"], plain["output"])
 
 
