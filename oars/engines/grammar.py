@@ -14,7 +14,7 @@ from oars.errors import InvalidRequest
 from oars.generation import Constraint, GrammarKind
 
 # Compact JSON: no free whitespace between tokens, so a small model cannot wander off in spaces.
-_JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+_JSON_OPTIONS: Any = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 
 class Grammars:
