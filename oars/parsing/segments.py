@@ -1,4 +1,9 @@
-"""What parsers produce: typed pieces of model output, in order."""
+"""What parsers produce: typed pieces of model output, in order.
+
+A tool call is three kinds of segment: CALL_START (carrying the tool `name` as the model wrote
+it), any number of CALL_ARGS (argument text, streamed as it is generated: concatenated, they
+are the call's arguments, a JSON object for function tools), and CALL_END.
+"""
 
 from __future__ import annotations
 
@@ -9,21 +14,26 @@ from dataclasses import dataclass
 class SegmentKind(enum.Enum):
     TEXT = "text"
     REASONING = "reasoning"
+    CALL_START = "call_start"
+    CALL_ARGS = "call_args"
+    CALL_END = "call_end"
 
 
 @dataclass(frozen=True)
 class Segment:
     kind: SegmentKind
-    text: str
+    text: str = ""
+    name: str = ""
 
 
 def merge(segments: list[Segment]) -> list[Segment]:
-    """Join neighbours of the same kind and drop empty ones (for comparing parses)."""
+    """Join neighbours of the same text kind and drop empty ones (for comparing parses)."""
     out: list[Segment] = []
+    joinable = (SegmentKind.TEXT, SegmentKind.REASONING, SegmentKind.CALL_ARGS)
     for seg in segments:
-        if not seg.text:
+        if seg.kind in joinable and not seg.text:
             continue
-        if out and out[-1].kind is seg.kind:
+        if out and out[-1].kind is seg.kind and seg.kind in joinable:
             out[-1] = Segment(seg.kind, out[-1].text + seg.text)
         else:
             out.append(seg)
