@@ -56,15 +56,19 @@ class GrammarKind(enum.Enum):
 class Constraint:
     """Output must match a grammar, from the first token or (lazily) from a trigger on.
 
-    With `trigger`, text is free until the trigger string appears; the grammar then applies to the
-    rest of the output, starting with the trigger itself (so the grammar must begin with it).
-    `param` names the request field the grammar came from, for error messages.
+    With `triggers` (regexes), text is free until one matches the output; the grammar then applies
+    from where the match's group 1 starts (the text already there is fed to it first). When the
+    grammar completes, generation stops, unless `rearm` and the trigger can match again later.
+    `param` names the request field the grammar came from, for error messages; `fallback` is a
+    looser grammar to use when the compiler cannot take `source`.
     """
 
     kind: GrammarKind
     source: str  # the schema as JSON text, or the grammar text
     param: str = "text.format.schema"
-    trigger: str | None = None
+    triggers: tuple[str, ...] = ()
+    rearm: bool = False
+    fallback: str | None = None
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,10 @@ class EngineRequest:
     top_logprobs: int | None = None  # None: no logprobs; 0..20: logprob plus that many alternatives
     template_kwargs: Mapping[str, Any] = field(default_factory=dict)
     constraint: Constraint | None = None
+    # The reply may not open with these (after whitespace). After a tool result, small models
+    # tend to repeat the call as a bare JSON object instead of answering: ("{", "`") stops that,
+    # while calls in the family's own tags stay possible.
+    opening_ban: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

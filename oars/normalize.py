@@ -14,6 +14,7 @@ from typing import Any
 
 from oars.errors import InvalidRequest, NotFound
 from oars.generation import ChatMessage, Constraint, EngineRequest, GrammarKind, SamplingParams
+from oars.tools import ToolSet, parse_tools, resolve, tool_constraint
 
 INCLUDABLE = frozenset(
     {
@@ -39,6 +40,8 @@ class ResponseRequest:
     engine: EngineRequest
     echo: Mapping[str, Any] = field(default_factory=dict)
     include_logprobs: bool = False
+    tools: ToolSet = field(default_factory=lambda: ToolSet((), (), "none"))
+    parallel_tool_calls: bool = True
 
 
 def _fail(message: str, param: str, code: str = "invalid_value") -> InvalidRequest:
@@ -152,6 +155,13 @@ def _function_call(item: Mapping[str, Any], param: str) -> ChatMessage:
     return ChatMessage(role="assistant", content="", tool_calls=(call,))
 
 
+def _custom_tool_call(item: Mapping[str, Any], param: str) -> ChatMessage:
+    name = _text_field(item, "name", param)
+    call = {"type": "function", "id": item.get("call_id"), "function": {"name": name,
+            "arguments": {"input": _text_field(item, "input", param)}}}  # fmt: skip
+    return ChatMessage(role="assistant", content="", tool_calls=(call,))
+
+
 def _function_call_output(item: Mapping[str, Any], param: str) -> ChatMessage:
     output = item.get("output")
     text = output if isinstance(output, str) else _content_text(output, f"{param}.output")
@@ -185,6 +195,8 @@ _ITEM_HANDLERS = {
     "message": _message,
     "function_call": _function_call,
     "function_call_output": _function_call_output,
+    "custom_tool_call": _custom_tool_call,
+    "custom_tool_call_output": _function_call_output,
 }
 
 
@@ -212,23 +224,6 @@ def _with_system(messages: list[ChatMessage], instructions: str | None) -> list[
 
 
 # ---- tools and settings -----------------------------------------------------------------------
-
-
-def _tools(body: Mapping[str, Any]) -> tuple[list[Any], list[dict[str, Any]]]:
-    """(the tools as sent, for the echo; the function tools in template form)."""
-    tools = _get(body, "tools", (list,), "tools") or []
-    template: list[dict[str, Any]] = []
-    for i, tool in enumerate(tools):
-        if not isinstance(tool, dict) or not isinstance(tool.get("type"), str):
-            raise _fail(f"Invalid 'tools[{i}]': expected an object with a 'type'.", f"tools[{i}]")
-        if tool["type"] == "function":
-            name = _text_field(tool, "name", f"tools[{i}]")
-            function = {"name": name, "description": tool.get("description") or "",
-                        "parameters": tool.get("parameters") or {"type": "object",
-                                                                  "properties": {}}}  # fmt: skip
-            template.append({"type": "function", "function": function})
-        # Tools the server cannot run (hosted search, MCP, ...) are accepted and not offered.
-    return tools, template
 
 
 def _text_format(body: Mapping[str, Any]) -> tuple[dict[str, Any], Constraint | None]:
@@ -363,6 +358,22 @@ def _unsupported(body: Mapping[str, Any]) -> None:
                        param="conversation")  # fmt: skip
 
 
+def _opening_ban(raw_input: Any, toolset: ToolSet) -> tuple[str, ...]:
+    """Right after tool output, in `auto` mode, the reply may not be a bare JSON call."""
+    last = raw_input[-1] if isinstance(raw_input, list) and raw_input else None
+    after_output = isinstance(last, dict) and str(last.get("type", "")).endswith("call_output")
+    return ("{", "`", "(", "[", "<", "\"") if after_output and toolset.mode == "auto" else ()
+
+
+def _one_constraint(calls: Constraint | None, text: Constraint | None) -> Constraint | None:
+    """A forced call owns the output; otherwise `text.format` does; otherwise lazy calls."""
+    if calls is not None and not calls.triggers:
+        if text is not None:
+            raise _fail("A forced tool call cannot also follow 'text.format'.", "tool_choice")
+        return calls
+    return text or calls
+
+
 def normalize(body: Any, *, served_model: str) -> ResponseRequest:
     """Validate a `POST /v1/responses` body; raise `InvalidRequest` naming the bad parameter."""
     if not isinstance(body, dict):
@@ -375,10 +386,14 @@ def normalize(body: Any, *, served_model: str) -> ResponseRequest:
     messages = _with_system(_items(body["input"]), instructions)
     if not messages:
         raise _fail("Invalid 'input': it holds no message to respond to.", "input")
-    wire_tools, template_tools = _tools(body)
+    wire_tools = _get(body, "tools", (list,), "tools") or []
     tool_choice = body.get("tool_choice", "auto")
+    toolset = resolve(parse_tools(wire_tools), tool_choice)
+    parallel = _get(body, "parallel_tool_calls", (bool,), "parallel_tool_calls")
+    parallel = True if parallel is None else parallel
     sampling = _sampling(body)
     text_echo, constraint = _text_format(body)
+    constraint = _one_constraint(tool_constraint(toolset, parallel=parallel), constraint)
     reasoning = _reasoning(body)
     include = _include(body)
     top_logprobs = _integer(body, "top_logprobs", 0, 20)
@@ -386,10 +401,11 @@ def normalize(body: Any, *, served_model: str) -> ResponseRequest:
     engine = EngineRequest(
         messages=tuple(messages),
         sampling=sampling,
-        tools=tuple(template_tools) if tool_choice != "none" else (),
+        tools=tuple(t.to_template() for t in toolset.offered) if toolset.mode != "none" else (),
         top_logprobs=(top_logprobs or 0) if include_logprobs else None,
         template_kwargs=_reasoning_switches(reasoning),
         constraint=constraint,
+        opening_ban=_opening_ban(body["input"], toolset),
     )
     echo = {
         "background": False,
@@ -399,7 +415,7 @@ def normalize(body: Any, *, served_model: str) -> ResponseRequest:
         "max_output_tokens": sampling.max_output_tokens,
         "max_tool_calls": _integer(body, "max_tool_calls", 1),
         "metadata": _metadata(body),
-        "parallel_tool_calls": bool(body.get("parallel_tool_calls", True)),
+        "parallel_tool_calls": parallel,
         "previous_response_id": None,
         "prompt_cache_key": _get(body, "prompt_cache_key", (str,), "prompt_cache_key"),
         "reasoning": reasoning,
@@ -416,4 +432,4 @@ def normalize(body: Any, *, served_model: str) -> ResponseRequest:
         "user": _get(body, "user", (str,), "user"),
     }
     stream = _get(body, "stream", (bool,), "stream") or False
-    return ResponseRequest(model, stream, engine, echo, include_logprobs)
+    return ResponseRequest(model, stream, engine, echo, include_logprobs, toolset, parallel)

@@ -12,7 +12,8 @@ from oars.errors import EngineError
 from oars.events import Event, ResponseBuilder
 from oars.generation import EngineChunk, TokenLogprob, Usage
 from oars.normalize import ResponseRequest
-from oars.parsing import Segment, SegmentKind, ThinkParser
+from oars.parsing import Segment, SegmentKind
+from oars.parsing.pipeline import output_parser
 
 log = logging.getLogger("oars.service")
 
@@ -24,10 +25,12 @@ class ResponsesService:
     def start(self, request: ResponseRequest) -> Run:
         """Accept a request; client errors (e.g. context length) raise here, before any byte."""
         prepared = self.engine.prepare(request.engine)
+        tools = {t.name: t for t in request.tools.callable}
         builder = ResponseBuilder(
-            request.echo, include_logprobs=request.include_logprobs, model=request.model
-        )
-        return Run(self.engine, prepared, builder)
+            request.echo, include_logprobs=request.include_logprobs, model=request.model,
+            tools=tools,
+        )  # fmt: skip
+        return Run(self.engine, prepared, builder, request)
 
     async def create(self, request: ResponseRequest) -> dict[str, Any]:
         """Non-streaming is streaming plus collection: the same run, its final snapshot."""
@@ -48,11 +51,20 @@ class _Carry:
 class Run:
     """One generation in flight."""
 
-    def __init__(self, engine: Engine, prepared: Prepared, builder: ResponseBuilder) -> None:
+    def __init__(
+        self, engine: Engine, prepared: Prepared, builder: ResponseBuilder, request: ResponseRequest
+    ) -> None:
         self.engine, self.prepared, self.builder = engine, prepared, builder
         tags = engine.info.think_tags
-        opened = tags is not None and prepared.prompt.rstrip().endswith(tags[0])
-        self.parser = ThinkParser(*tags, in_reasoning=opened) if tags else None
+        self.parser = output_parser(
+            think_tags=tags,
+            in_reasoning=tags is not None and prepared.prompt.rstrip().endswith(tags[0]),
+            tool_names=request.tools.names,
+            tool_format=engine.info.tool_format,
+        )
+        self._single_call = not request.parallel_tool_calls
+        self._calls_done = 0
+        self._degraded = 0
         self._carry = _Carry()
         self._reasoning_tokens = 0
 
@@ -103,9 +115,22 @@ class Run:
         return events
 
     def _parse(self, chunk: EngineChunk) -> list[Segment]:
-        if self.parser is None:
-            return [Segment(SegmentKind.TEXT, chunk.text)] if chunk.text else []
         segments = self.parser.feed(chunk.text)
         if chunk.finish is not None:
             segments += self.parser.finish()
-        return segments
+        if self.parser.degraded > self._degraded:
+            self._degraded = self.parser.degraded
+            log.warning("model wrote call-like text that is not a valid call; sent as text")
+        return self._limit_calls(segments)
+
+    def _limit_calls(self, segments: list[Segment]) -> list[Segment]:
+        """`parallel_tool_calls: false`: nothing after the first complete call."""
+        if not self._single_call:
+            return segments
+        kept: list[Segment] = []
+        for seg in segments:
+            if self._calls_done:
+                break
+            kept.append(seg)
+            self._calls_done += seg.kind is SegmentKind.CALL_END
+        return kept

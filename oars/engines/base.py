@@ -14,6 +14,7 @@ class ModelInfo:
     id: str
     context_length: int
     think_tags: tuple[str, str] | None = None  # the family's reasoning tags, if it reasons
+    tool_format: str = "hermes"  # how the family writes tool calls (see oars.parsing.pipeline)
 
 
 @dataclass(frozen=True)

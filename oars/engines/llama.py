@@ -13,9 +13,10 @@ import codecs
 import logging
 import os
 import queue
+import re
 import threading
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -24,8 +25,9 @@ from oars.chat_template import ChatTemplate
 from oars.engines.base import ModelInfo, Prepared
 from oars.engines.grammar import Grammars, TokenMask
 from oars.engines.sampler import log_softmax, penalize, sample, top_indices
-from oars.errors import ContextLengthExceeded, EngineError
+from oars.errors import ContextLengthExceeded, EngineError, InvalidRequest
 from oars.generation import (
+    Constraint,
     EngineChunk,
     EngineRequest,
     FinishReason,
@@ -74,6 +76,7 @@ class LlamaEngine:
         self.info = ModelInfo(model_id or path.stem, context_length=n_ctx, think_tags=think)
         self.grammars = Grammars(self._vocab, self.n_vocab)
         self.busy = False
+        self._opening_bans: dict[tuple[str, ...], np.ndarray] = {}
         self._jobs: queue.Queue[_Job] = queue.Queue()
         self._worker = threading.Thread(target=self._serve, name="oars-engine", daemon=True)
         self._worker.start()
@@ -96,8 +99,17 @@ class LlamaEngine:
                 f"The input is {len(tokens)} tokens, which leaves no room in this model's "
                 f"context window of {limit} tokens. Shorten the input."
             )
-        grammar = self.grammars.compile(request.constraint) if request.constraint else None
+        grammar = self._grammar(request.constraint) if request.constraint else None
         return Prepared(request, prompt, tokens, grammar)
+
+    def _grammar(self, constraint: Constraint) -> str:
+        try:
+            return self.grammars.compile(constraint)
+        except InvalidRequest:
+            if constraint.fallback is None:
+                raise
+            log.warning("tool schemas not supported by the grammar compiler; using any object")
+            return self.grammars.compile(replace(constraint, source=constraint.fallback))
 
     async def generate(self, prepared: Prepared) -> AsyncIterator[EngineChunk]:
         loop = asyncio.get_running_loop()
@@ -141,6 +153,18 @@ class LlamaEngine:
         self.llm.n_tokens = common  # eval() drops the KV cache past n_tokens
         return common
 
+    def banned_openings(self, prefixes: tuple[str, ...]) -> np.ndarray:
+        """Ids of tokens that are whitespace or start (after whitespace) with one of `prefixes`."""
+        if prefixes not in self._opening_bans:
+            ids = [
+                t for t in range(self.llm.n_vocab())
+                if not self.is_end(t)
+                and (not (text := self.token_bytes(t).decode("utf-8", "replace").lstrip())
+                     or text.startswith(prefixes))
+            ]  # fmt: skip
+            self._opening_bans[prefixes] = np.asarray(ids, dtype=np.intp)
+        return self._opening_bans[prefixes]
+
     def is_end(self, token: int) -> bool:
         return bool(self._llama_cpp.llama_vocab_is_eog(self._vocab, token))
 
@@ -155,6 +179,41 @@ class LlamaEngine:
         return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy()
 
 
+class _Lazy:
+    """A constraint that starts when one of its triggers matches the output (see `Constraint`)."""
+
+    def __init__(self, engine: LlamaEngine, prepared: Prepared) -> None:
+        constraint = prepared.request.constraint
+        assert constraint is not None
+        self.engine, self.grammar = engine, prepared.grammar or ""
+        self.triggers = [re.compile(t) for t in constraint.triggers]
+        self._may_rearm = constraint.rearm
+        self._scan_from = 0
+        self._anchored = False
+
+    def check(self, text: str) -> TokenMask | None:
+        """A mask already fed the triggering text, if a trigger matches now."""
+        for trigger in self.triggers:
+            found = trigger.search(text, self._scan_from)
+            if found is None:
+                continue
+            mask = self.engine.grammars.mask(self.grammar)
+            tail = text[found.start(1) :].encode()
+            try:
+                mask.consume(self.engine.llm.tokenize(tail, add_bos=False, special=False))
+            except RuntimeError:
+                self._scan_from = len(text)  # not the start of a valid call after all
+                return None
+            self._anchored = trigger.pattern.startswith("^")
+            return mask
+        return None
+
+    def rearm(self, text_len: int = 0) -> bool:
+        """After a completed grammar: keep generating (watching for triggers) or stop."""
+        self._scan_from = text_len
+        return self._may_rearm and not self._anchored
+
+
 class _Decode:
     """One sequence's decode loop, run on the worker thread."""
 
@@ -163,12 +222,18 @@ class _Decode:
         request = job.prepared.request
         self.params = request.sampling
         self.top_logprobs = request.top_logprobs
+        self.opening_ban = request.opening_ban
         self.rng = np.random.default_rng(self.params.seed)
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self.held = ""  # text held back because it may start a stop sequence
         self.produced = 0
+        self.text = ""  # the output so far, for lazy constraints' triggers
+        self.lazy = _Lazy(engine, job.prepared) if job.prepared.request.constraint else None
         grammar = job.prepared.grammar
-        self.mask: TokenMask | None = engine.grammars.mask(grammar) if grammar else None
+        eager = grammar is not None and self.lazy is not None and not self.lazy.triggers
+        self.mask: TokenMask | None = engine.grammars.mask(grammar) if eager and grammar else None
+        if eager:
+            self.lazy = None
 
     def run(self) -> None:
         engine, prompt = self.engine, self.job.prepared.prompt_tokens
@@ -186,6 +251,8 @@ class _Decode:
             penalize(logits, history[-_PENALTY_WINDOW:], self.params.repetition_penalty)
             if self.mask is not None:
                 self.mask.apply(logits)
+            if self.produced == 0 and self.opening_ban:
+                logits[engine.banned_openings(self.opening_ban)] = -np.inf
             token = sample(logits, self.params, self.rng)
             self.produced += 1
             history.append(token)
@@ -194,7 +261,7 @@ class _Decode:
                 break
             if self.mask is not None:
                 self.mask.consume([token])
-            if self._emit_token(token, lps) or (self.mask is not None and self.mask.done):
+            if self._emit_token(token, lps) or self._grammar_finished():
                 reason = FinishReason.STOP
                 break
             engine.llm.eval([token])
@@ -208,10 +275,23 @@ class _Decode:
         )
         self.job.emit(EngineChunk(tail, 0, finish=reason, usage=usage))
 
+    def _grammar_finished(self) -> bool:
+        """True when a completed grammar ends the output; arms or disarms lazy constraints."""
+        if self.lazy is None:
+            return self.mask is not None and self.mask.done
+        if self.mask is None:
+            self.mask = self.lazy.check(self.text)
+            return False
+        if not self.mask.done:
+            return False
+        self.mask = None
+        return not self.lazy.rearm(len(self.text))
+
     def _emit_token(self, token: int, lps: np.ndarray | None) -> bool:
         """Decode one token and send its text; True when a stop sequence ended the output."""
         raw = b"" if self.engine.is_control(token) else self.engine.token_bytes(token)
         text = self.decoder.decode(raw)
+        self.text += text
         logprobs = self._logprobs(token, raw, text, lps)
         stops = self.params.stop
         if not stops:

@@ -7,6 +7,8 @@ Item lifecycle (written once, here):
       | [function_call_arguments.delta* → function_call_arguments.done]          (function calls)
     output_item.done (status completed, or incomplete for the item cut by max_output_tokens)
 
+Custom tool calls take `custom_tool_call_input.delta/.done` in place of the argument events.
+
 Only this class assigns `output_index` (when an item opens), `content_index` (per item, from 0),
 `sequence_number` (through `_emit`) and ids. At most one item is open at a time. The snapshot in
 the terminal event is `self.response`, built from the same item state the events came from, so the
@@ -15,6 +17,7 @@ stream and the final object cannot disagree.
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 from collections.abc import Callable, Mapping
@@ -23,6 +26,7 @@ from typing import Any
 
 from oars.generation import FinishReason, TokenLogprob, Usage
 from oars.parsing import Segment, SegmentKind
+from oars.tools import Tool
 
 Event = dict[str, Any]
 
@@ -72,11 +76,15 @@ class _Part:
 
 @dataclass
 class _Item:
-    type: str  # "message" | "reasoning"
+    type: str  # "message" | "reasoning" | "function_call" | "custom_tool_call"
     id: str
     output_index: int
     status: str = "in_progress"
     parts: list[_Part] = field(default_factory=list)
+    call_id: str = ""
+    name: str = ""
+    arguments: str = ""  # function: the JSON text; custom: the input
+    namespace: str | None = None
 
     def wire(self) -> dict[str, Any]:
         return _ITEM_WIRE[self.type](self)
@@ -103,9 +111,27 @@ def _reasoning_wire(item: _Item) -> dict[str, Any]:
     }
 
 
+def _call_fields(item: _Item) -> dict[str, Any]:
+    fields = {"id": item.id, "type": item.type, "status": item.status, "call_id": item.call_id,
+              "name": item.name}  # fmt: skip
+    if item.namespace:
+        fields["namespace"] = item.namespace
+    return fields
+
+
+def _function_call_wire(item: _Item) -> dict[str, Any]:
+    return {**_call_fields(item), "arguments": item.arguments}
+
+
+def _custom_call_wire(item: _Item) -> dict[str, Any]:
+    return {**_call_fields(item), "input": item.arguments}
+
+
 _ITEM_WIRE: dict[str, Callable[[_Item], dict[str, Any]]] = {
     "message": _message_wire,
     "reasoning": _reasoning_wire,
+    "function_call": _function_call_wire,
+    "custom_tool_call": _custom_call_wire,
 }
 
 # segment kind → (item type, id prefix, part type)
@@ -121,13 +147,15 @@ class ResponseBuilder:
     """Builds the event stream and the `Response` object of one generation."""
 
     def __init__(
-        self, echo: Mapping[str, Any], *, include_logprobs: bool = False, model: str
-    ) -> None:
+        self, echo: Mapping[str, Any], *, include_logprobs: bool = False, model: str,
+        tools: Mapping[str, Tool] | None = None,
+    ) -> None:  # fmt: skip
         self.id = new_id("resp")
         self.created_at = int(time.time())
         self._echo = dict(echo)
         self._model = model
         self._include_logprobs = include_logprobs
+        self._tools = dict(tools or {})
         self._seq = 0
         self._items: list[_Item] = []
         self._open: _Item | None = None
@@ -174,6 +202,9 @@ class ResponseBuilder:
 
     def add(self, segment: Segment, logprobs: tuple[TokenLogprob, ...] = ()) -> list[Event]:
         """Apply one parsed segment of model output."""
+        call_step = _CALL_STEPS.get(segment.kind)
+        if call_step is not None:
+            return call_step(self, segment)
         if not segment.text:
             return []
         opens_message = segment.kind is SegmentKind.TEXT and not self._is_open("message")
@@ -261,11 +292,71 @@ class ResponseBuilder:
             **fields,
         )
 
+    # ---- tool calls ---------------------------------------------------------------------
+
+    def _call_start(self, segment: Segment) -> list[Event]:
+        events = self._close("completed")
+        tool = self._tools.get(segment.name)
+        kind = "custom_tool_call" if tool is not None and tool.kind == "custom" else "function_call"
+        prefix = "ctc" if kind == "custom_tool_call" else "fc"
+        item = _Item(type=kind, id=new_id(prefix), output_index=len(self._items),
+                     call_id=new_id("call"), name=segment.name,
+                     namespace=tool.namespace if tool is not None else None)  # fmt: skip
+        self._items.append(item)
+        self._open = item
+        events.append(
+            self._emit(
+                "response.output_item.added", output_index=item.output_index, item=item.wire()
+            )
+        )
+        return events
+
+    def _call_args(self, segment: Segment) -> list[Event]:
+        item = self._open
+        if (
+            item is None
+            or item.type not in ("function_call", "custom_tool_call")
+            or not segment.text
+        ):
+            return []
+        item.arguments += segment.text
+        if item.type == "custom_tool_call":
+            return []  # the input is the `input` field of these arguments: sent when complete
+        return [self._emit("response.function_call_arguments.delta", item_id=item.id,
+                           output_index=item.output_index, delta=segment.text)]  # fmt: skip
+
+    def _call_end(self, segment: Segment) -> list[Event]:
+        return self._close("completed")
+
+    def _close_call(self, item: _Item) -> list[Event]:
+        where = {"item_id": item.id, "output_index": item.output_index}
+        if item.type == "function_call":
+            return [self._emit("response.function_call_arguments.done", **where,
+                               arguments=item.arguments, name=item.name)]  # fmt: skip
+        item.arguments = _custom_input(item.arguments)
+        events = []
+        if item.arguments:
+            events.append(self._emit("response.custom_tool_call_input.delta", **where,
+                                     delta=item.arguments))  # fmt: skip
+        events.append(self._emit("response.custom_tool_call_input.done", **where,
+                                 input=item.arguments))  # fmt: skip
+        return events
+
     def _close(self, status: str) -> list[Event]:
         item, self._open = self._open, None
         self._pending_space = []
         if item is None:
             return []
+        events = self._close_call(item) if not item.parts else self._close_part(item)
+        item.status = status
+        events.append(
+            self._emit(
+                "response.output_item.done", output_index=item.output_index, item=item.wire()
+            )
+        )
+        return events
+
+    def _close_part(self, item: _Item) -> list[Event]:
         events: list[Event] = []
         index = len(item.parts) - 1
         part = item.parts[index]
@@ -282,13 +373,24 @@ class ResponseBuilder:
             )
         )
         events.append(self._part_event("response.content_part.done", item, index))
-        item.status = status
-        events.append(
-            self._emit(
-                "response.output_item.done", output_index=item.output_index, item=item.wire()
-            )
-        )
         return events
+
+
+def _custom_input(arguments: str) -> str:
+    """Custom tools are offered as a function with one string argument, `input`."""
+    try:
+        value = json.loads(arguments)
+    except json.JSONDecodeError:
+        return arguments
+    return value["input"] if isinstance(value, dict) and isinstance(value.get("input"), str) else (
+        arguments)  # fmt: skip
+
+
+_CALL_STEPS: dict[SegmentKind, Callable[[ResponseBuilder, Segment], list[Event]]] = {
+    SegmentKind.CALL_START: ResponseBuilder._call_start,
+    SegmentKind.CALL_ARGS: ResponseBuilder._call_args,
+    SegmentKind.CALL_END: ResponseBuilder._call_end,
+}
 
 
 def _usage_wire(usage: Usage) -> dict[str, Any]:

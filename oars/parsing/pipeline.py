@@ -1,0 +1,59 @@
+"""The parser a model family needs: reasoning first, then tool calls in the answer text."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from oars.parsing.hermes import HermesParser
+from oars.parsing.reasoning import ThinkParser
+from oars.parsing.segments import Segment, SegmentKind
+
+
+class Parser(Protocol):
+    def feed(self, text: str) -> list[Segment]: ...
+    def finish(self) -> list[Segment]: ...
+
+
+class PassThrough:
+    def feed(self, text: str) -> list[Segment]:
+        return [Segment(SegmentKind.TEXT, text)] if text else []
+
+    def finish(self) -> list[Segment]:
+        return []
+
+
+class Chain:
+    """Feeds the TEXT segments of `first` through `second`; other segments pass unchanged."""
+
+    def __init__(self, first: Parser, second: Parser) -> None:
+        self.first, self.second = first, second
+
+    @property
+    def degraded(self) -> int:
+        return int(getattr(self.second, "degraded", 0))
+
+    def feed(self, text: str) -> list[Segment]:
+        return self._through(self.first.feed(text))
+
+    def finish(self) -> list[Segment]:
+        return self._through(self.first.finish()) + self.second.finish()
+
+    def _through(self, segments: list[Segment]) -> list[Segment]:
+        out: list[Segment] = []
+        for seg in segments:
+            out += self.second.feed(seg.text) if seg.kind is SegmentKind.TEXT else [seg]
+        return out
+
+
+def output_parser(
+    *, think_tags: tuple[str, str] | None, in_reasoning: bool, tool_names: frozenset[str],
+    tool_format: str = "hermes",
+) -> Chain:  # fmt: skip
+    """The parser for one generation."""
+    first: Parser = ThinkParser(*think_tags, in_reasoning=in_reasoning) if think_tags else (
+        PassThrough())  # fmt: skip
+    second: Parser = _TOOL_PARSERS[tool_format](tool_names)
+    return Chain(first, second)
+
+
+_TOOL_PARSERS = {"hermes": HermesParser}

@@ -1,0 +1,186 @@
+"""Tools offered to the model: what the request sent, what the template sees, what calls become.
+
+Function tools are offered as they are; `custom` tools as a function with one string argument
+`input`; tools inside a `namespace` flattened under their own names (a call comes back with the
+namespace). Hosted tools (web search, MCP, …) cannot run here: accepted, never offered.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from oars.errors import InvalidRequest
+from oars.generation import Constraint, GrammarKind
+
+CUSTOM_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"input": {"type": "string"}},
+    "required": ["input"],
+    "additionalProperties": False,
+}
+ANY_OBJECT: dict[str, Any] = {"type": "object"}
+
+# Where a call object starts in free text: as the whole reply (bare or in a ```json fence, the
+# way small Qwen models answer) or after a Hermes `<tool_call>` tag anywhere.
+TRIGGERS = (r"^\s*(?:```(?:json)?\s*)?(\{)", r"<tool_call>\s*(\{)")
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A tool the model may call."""
+
+    name: str
+    kind: str  # "function" | "custom"
+    description: str
+    parameters: Mapping[str, Any]
+    namespace: str | None = None
+
+    def to_template(self) -> dict[str, Any]:
+        function = {"name": self.name, "description": self.description,
+                    "parameters": dict(self.parameters)}  # fmt: skip
+        return {"type": "function", "function": function}
+
+
+@dataclass(frozen=True)
+class ToolSet:
+    offered: tuple[Tool, ...]  # what the template shows
+    callable: tuple[Tool, ...]  # what the model may call now (tool_choice, allowed_tools)
+    mode: str  # "none" | "auto" | "required"
+
+    def find(self, name: str) -> Tool | None:
+        return next((t for t in self.callable if t.name == name), None)
+
+    @property
+    def names(self) -> frozenset[str]:
+        return frozenset(t.name for t in self.callable) if self.mode != "none" else frozenset()
+
+
+def _tool(raw: Mapping[str, Any], param: str, namespace: str | None) -> Tool | None:
+    kind = raw.get("type")
+    name = raw.get("name")
+    if kind not in ("function", "custom"):
+        return None
+    if not isinstance(name, str) or not name:
+        raise InvalidRequest(f"Missing '{param}.name'.", param=f"{param}.name",
+                             code="missing_required_parameter")  # fmt: skip
+    description = raw.get("description") or ""
+    if kind == "custom":
+        return Tool(name, "custom", description, CUSTOM_SCHEMA, namespace)
+    params = raw.get("parameters")
+    if params is not None and not isinstance(params, dict):
+        raise InvalidRequest(f"Invalid '{param}.parameters': expected a JSON Schema object.",
+                             param=f"{param}.parameters")  # fmt: skip
+    return Tool(name, "function", description, params or ANY_OBJECT, namespace)
+
+
+def parse_tools(tools: Sequence[Any]) -> list[Tool]:
+    out: list[Tool] = []
+    for i, raw in enumerate(tools):
+        param = f"tools[{i}]"
+        if not isinstance(raw, dict) or not isinstance(raw.get("type"), str):
+            raise InvalidRequest(f"Invalid '{param}': expected an object with a 'type'.",
+                                 param=param)  # fmt: skip
+        if raw["type"] == "namespace":
+            inner = raw.get("tools") or []
+            for j, sub in enumerate(inner if isinstance(inner, list) else []):
+                tool = _tool(sub, f"{param}.tools[{j}]", str(raw.get("name") or ""))
+                if tool is not None:
+                    out.append(tool)
+        else:
+            tool = _tool(raw, param, None)
+            if tool is not None:
+                out.append(tool)
+    return out
+
+
+def _named(tools: list[Tool], name: Any, param: str) -> Tool:
+    tool = next((t for t in tools if t.name == name), None)
+    if tool is None:
+        raise InvalidRequest(f"Invalid '{param}': no tool named {name!r} in 'tools'.",
+                             param=param)  # fmt: skip
+    return tool
+
+
+def resolve(tools: list[Tool], choice: Any) -> ToolSet:
+    """Apply `tool_choice` to the tools; 400 for a choice that names what cannot run here."""
+    offered = tuple(tools)
+    if choice is None or choice in ("auto", "none", "required"):
+        return ToolSet(offered, offered, choice or "auto")
+    if not isinstance(choice, dict):
+        raise InvalidRequest("Invalid 'tool_choice'.", param="tool_choice")
+    kind = choice.get("type")
+    if kind in ("function", "custom"):
+        return ToolSet(offered, (_named(tools, choice.get("name"), "tool_choice.name"),),
+                       "required")  # fmt: skip
+    if kind == "allowed_tools":
+        allowed = [
+            _named(tools, t.get("name") if isinstance(t, dict) else None, f"tool_choice.tools[{i}]")
+            for i, t in enumerate(choice.get("tools") or [])
+        ]
+        mode = choice.get("mode", "auto")
+        if mode not in ("auto", "required"):
+            raise InvalidRequest("Invalid 'tool_choice.mode'.", param="tool_choice.mode")
+        return ToolSet(offered, tuple(allowed), mode)
+    raise InvalidRequest(
+        f"tool_choice {kind!r} names a tool this server cannot run; only function and custom "
+        "tools are executed by the model here.",
+        param="tool_choice",
+        code="unsupported_value",
+    )
+
+
+# ---- the grammar of a call ---------------------------------------------------------------------
+
+
+def _lark_string(text: str) -> str:
+    return json.dumps(json.dumps(text))  # a Lark literal matching the JSON string `"text"`
+
+
+def call_grammar(
+    tools: Sequence[Tool], *, many: bool, relaxed: bool = False, compact: bool = False
+) -> str:
+    """Lark (llguidance flavour): one call object `{"name": …, "arguments": {…}}` per tool.
+
+    Arguments follow the tool's JSON schema (`relaxed`: any object, for schemas the grammar
+    compiler cannot take). `many` allows further calls after the first. `compact` fixes the
+    layout (forced calls); otherwise whitespace is free, to follow a model that already began
+    a pretty-printed object.
+    """
+    ws = '" "' if compact else "WS?"
+    rules = []
+    for i, tool in enumerate(tools):
+        schema = ANY_OBJECT if relaxed else tool.parameters
+        layout = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+        schema = {**schema, "x-guidance": layout if compact else {"whitespace_flexible": True}}
+        head = f'"{{" {"" if compact else "WS?"} "\\"name\\"" {"" if compact else "WS?"} ":" {ws}'
+        rules.append(
+            f'call_{i}: {head} {_lark_string(tool.name)} {"" if compact else "WS?"} "," {ws} '
+            f'"\\"arguments\\"" {"" if compact else "WS?"} ":" {ws} args_{i} '
+            f'{"" if compact else "WS?"} "}}"\n'
+            f"args_{i}: %json {json.dumps(schema)}\n"
+        )
+    calls = " | ".join(f"call_{i}" for i in range(len(tools)))
+    sep = '"\\n"' if compact else "WS?"
+    start = f"start: call ({sep} call)*\n" if many else "start: call\n"
+    return start + f"call: {calls}\n" + "".join(rules) + "WS: /[ \\t\\n]{1,16}/\n"
+
+
+def tool_constraint(toolset: ToolSet, *, parallel: bool) -> Constraint | None:
+    """Forced calls are constrained from the first token; `auto` lazily, from a trigger on."""
+    if toolset.mode == "none" or not toolset.callable:
+        return None
+    forced = toolset.mode == "required"
+    many = forced and parallel
+    grammar = call_grammar(toolset.callable, many=many, compact=forced)
+    relaxed = call_grammar(toolset.callable, many=many, compact=forced, relaxed=True)
+    return Constraint(
+        GrammarKind.LARK,
+        grammar,
+        param="tools",
+        triggers=() if forced else TRIGGERS,
+        rearm=parallel,
+        fallback=relaxed,
+    )
