@@ -125,10 +125,11 @@ class _CallObject:
         return [*out, Segment(SegmentKind.CALL_END)]
 
     def abandon(self) -> list[Segment]:
-        """The output ended inside the object."""
-        if not self.started:
+        """The output ended inside the object: no CALL_END, the call stays unfinished."""
+        self._locate()
+        if not self.started and self.name not in self.names:
             return [Segment(SegmentKind.TEXT, self.raw)] if self.raw else []
-        return [*self._stream(len(self.obj)), Segment(SegmentKind.CALL_END)]
+        return self._stream(len(self.obj))
 
 
 def _decoded(value: str) -> str:

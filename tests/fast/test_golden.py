@@ -18,6 +18,18 @@ from oars.testing import ScriptedEngine
 from oars.validator import validate_events
 from tests.conftest import normalize_ids
 
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Weather for a city",
+    "parameters": {"type": "object", "properties": {"location": {"type": "string"}}},
+}
+PATCH = {
+    "type": "custom",
+    "name": "apply_patch",
+    "description": "Edit files",
+    "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"},
+}
 GOLDEN = Path(__file__).parent.parent / "fixtures" / "golden"
 THINKER = ModelInfo("thinker", 4096, think_tags=("<think>", "</think>"))
 
@@ -34,6 +46,33 @@ CASES: dict[str, tuple[ScriptedEngine, dict[str, Any]]] = {
         ScriptedEngine(["Hi", " there"], logprobs=True),
         {"include": ["message.output_text.logprobs"], "top_logprobs": 0}),
     "length_finish_from_engine": (ScriptedEngine(["x"], finish=FinishReason.LENGTH), {}),
+    "function_call_bare": (
+        ScriptedEngine(['{"name": "get_weather", ', '"arguments": {"location": ', '"Paris"}}']),
+        {"tools": [WEATHER]}),
+    "text_then_two_calls": (
+        ScriptedEngine(["Checking.\n<tool_call>\n", '{"name": "get_weather", "arguments": ',
+                        '{"location": "Paris"}}\n</tool_call>\n<tool_call>\n{"name": ',
+                        '"get_weather", "arguments": {"location": "Rome"}}\n</tool_call>']),
+        {"tools": [WEATHER]}),
+    "parallel_false_keeps_first_call": (
+        ScriptedEngine(['<tool_call>{"name": "get_weather", "arguments": {"location": "A"}}',
+                        '</tool_call><tool_call>{"name": "get_weather", "arguments": {}}',
+                        "</tool_call>"]),
+        {"tools": [WEATHER], "parallel_tool_calls": False}),
+    "custom_tool_call": (
+        ScriptedEngine(['{"name": "apply_patch", "arguments": {"input": "*** Begin Patch\\n',
+                        '*** End Patch"}}']),
+        {"tools": [PATCH]}),
+    "namespace_call": (
+        ScriptedEngine(['{"name": "spawn_agent", "arguments": {"task": "x"}}']),
+        {"tools": [{"type": "namespace", "name": "multi_agent", "description": "d",
+                    "tools": [{"type": "function", "name": "spawn_agent",
+                               "parameters": {"type": "object"}}]}]}),
+    "call_cut_by_max_output_tokens": (
+        ScriptedEngine(['{"name": "get_weather", ', '"arguments": {"loc', 'ation": "P"}}']),
+        {"tools": [WEATHER], "max_output_tokens": 2}),
+    "unknown_tool_name_stays_text": (
+        ScriptedEngine(['{"name": "add", "arguments": {"a": 1}}']), {"tools": [WEATHER]}),
 }  # fmt: skip
 
 

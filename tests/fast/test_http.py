@@ -191,3 +191,77 @@ def test_models_and_health() -> None:
 def test_unknown_route_is_openai_style_404() -> None:
     r = _get("/v1/nothing")
     assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+
+
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "parameters": {"type": "object", "properties": {"location": {"type": "string"}}},
+}
+
+
+@pytest.mark.parametrize(
+    ("tool_choice", "param"),
+    [
+        ({"type": "web_search"}, "tool_choice"),
+        ({"type": "function", "name": "nope"}, "tool_choice.name"),
+        ({"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "x"}]},
+         "tool_choice.tools[0]"),
+        ({"type": "allowed_tools", "mode": "maybe", "tools": []}, "tool_choice.mode"),
+    ],
+)  # fmt: skip
+def test_bad_tool_choice_is_400(tool_choice: Any, param: str) -> None:
+    r = _post({"model": "m", "input": "x", "tools": [WEATHER, {"type": "web_search"}],
+               "tool_choice": tool_choice})  # fmt: skip
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param
+
+
+def test_hosted_tools_are_accepted_and_not_offered() -> None:
+    engine = ScriptedEngine()
+    tools = [{"type": "web_search"}, {"type": "mcp", "server_label": "x"}, WEATHER,
+             {"type": "tool_search", "execution": "client"}]  # fmt: skip
+    r = _post({"model": "m", "input": "x", "tools": tools}, engine)
+    assert r.status_code == 200
+    assert [t["function"]["name"] for t in engine.requests[-1].tools] == ["get_weather"]
+    assert r.json()["tools"] == tools
+
+
+def test_tool_choice_none_offers_nothing_and_parses_no_call() -> None:
+    engine = ScriptedEngine(['{"name": "get_weather", "arguments": {}}'])
+    r = _post({"model": "m", "input": "x", "tools": [WEATHER], "tool_choice": "none"}, engine)
+    assert engine.requests[-1].tools == () and engine.requests[-1].constraint is None
+    assert r.json()["output"][0]["type"] == "message"
+
+
+def test_forced_call_is_constrained_from_the_first_token() -> None:
+    engine = ScriptedEngine()
+    _post({"model": "m", "input": "x", "tools": [WEATHER], "tool_choice": "required"}, engine)
+    constraint = engine.requests[-1].constraint
+    assert constraint is not None and constraint.triggers == ()
+    assert '"\\"get_weather\\""' in constraint.source
+    _post({"model": "m", "input": "x", "tools": [WEATHER]}, engine)
+    lazy = engine.requests[-1].constraint
+    assert lazy is not None and lazy.triggers
+
+
+def test_after_tool_output_a_bare_call_cannot_open_the_reply() -> None:
+    engine = ScriptedEngine()
+    items = [{"role": "user", "content": "weather?"},
+             {"type": "function_call", "call_id": "c", "name": "get_weather", "arguments": "{}"},
+             {"type": "function_call_output", "call_id": "c", "output": "sunny"}]  # fmt: skip
+    _post({"model": "m", "input": items, "tools": [WEATHER]}, engine)
+    assert "{" in engine.requests[-1].opening_ban
+    _post({"model": "m", "input": items[:1], "tools": [WEATHER]}, engine)
+    assert engine.requests[-1].opening_ban == ()
+
+
+def test_custom_tool_call_replay_is_rendered_as_input_argument() -> None:
+    engine = ScriptedEngine()
+    items = [{"role": "user", "content": "patch it"},
+             {"type": "custom_tool_call", "call_id": "c", "name": "apply_patch", "input": "P"},
+             {"type": "custom_tool_call_output", "call_id": "c", "output": "Done"}]  # fmt: skip
+    _post({"model": "m", "input": items}, engine)
+    msgs = engine.requests[-1].messages
+    assert msgs[1].tool_calls[0]["function"]["arguments"] == {"input": "P"}
+    assert (msgs[2].role, msgs[2].content) == ("tool", "Done")
