@@ -1,0 +1,87 @@
+"""Tool calls on the real default model: forced, auto, the round trip, Codex-shaped requests."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jsonschema
+import pytest
+
+from oars.validator import validate_sse
+
+pytestmark = pytest.mark.model
+
+CAPTURES = Path(__file__).parent.parent / "fixtures" / "captures"
+WEATHER_SCHEMA = {"type": "object", "properties": {"location": {"type": "string"}},
+                  "required": ["location"], "additionalProperties": False}  # fmt: skip
+WEATHER = {"type": "function", "name": "get_weather", "strict": True,
+           "description": "Get the current weather for a city.", "parameters": WEATHER_SCHEMA}  # fmt: skip
+QUESTION = "What's the weather in Paris?"
+
+
+def _stream(server: str, body: dict[str, Any]) -> Any:
+    r = httpx.post(f"{server}/responses", json={**body, "stream": True}, timeout=180)
+    assert r.status_code == 200, r.text
+    report = validate_sse(r.text)
+    assert report.ok, report.text()
+    return report
+
+
+def _the_call(report: Any) -> dict[str, Any]:
+    calls = [i for i in report.final["output"] if i["type"] == "function_call"]
+    assert len(calls) == 1, report.final["output"]
+    deltas = [e for e in report.events if e["type"] == "response.function_call_arguments.delta"]
+    assert len(deltas) >= 2, "arguments should stream as the model writes them"
+    assert "".join(e["delta"] for e in deltas) == calls[0]["arguments"]
+    return calls[0]
+
+
+@pytest.mark.parametrize(
+    "tool_choice", ["required", {"type": "function", "name": "get_weather"}, "auto"]
+)
+def test_weather_call_has_schema_valid_streamed_arguments(server: str, tool_choice: Any) -> None:
+    body = {"model": "default", "input": QUESTION, "tools": [WEATHER],
+            "tool_choice": tool_choice, "max_output_tokens": 60, "temperature": 0}  # fmt: skip
+    call = _the_call(_stream(server, body))
+    assert call["name"] == "get_weather" and call["call_id"].startswith("call_")
+    args = json.loads(call["arguments"])
+    jsonschema.validate(args, WEATHER_SCHEMA)
+    assert "paris" in args["location"].lower()
+
+
+def test_second_turn_with_tool_output_gives_a_message(server: str) -> None:
+    first = _stream(server, {"model": "default", "input": QUESTION, "tools": [WEATHER],
+                             "max_output_tokens": 60, "temperature": 0}).final  # fmt: skip
+    call = next(i for i in first["output"] if i["type"] == "function_call")
+    history = [
+        {"role": "user", "content": QUESTION},
+        {k: call[k] for k in ("type", "call_id", "name", "arguments")},
+        {"type": "function_call_output", "call_id": call["call_id"],
+         "output": json.dumps({"temp_c": 18, "condition": "light rain"})},
+    ]  # fmt: skip
+    second = _stream(server, {"model": "default", "input": history, "tools": [WEATHER],
+                              "max_output_tokens": 40, "temperature": 0}).final  # fmt: skip
+    types = [i["type"] for i in second["output"]]
+    assert types == ["message"], second["output"]
+    assert second["output"][0]["content"][0]["text"].strip()
+
+
+def test_tool_choice_none_never_calls(server: str) -> None:
+    body = {"model": "default", "input": QUESTION, "tools": [WEATHER], "tool_choice": "none",
+            "max_output_tokens": 30, "temperature": 0}  # fmt: skip
+    final = _stream(server, body).final
+    assert all(i["type"] == "message" for i in final["output"])
+
+
+@pytest.mark.parametrize("name", ["codex_gpt55meta_01", "codex_tool_02", "codex_patch_02",
+                                  "codex_reasoning_02", "codex_tool_search_02"])  # fmt: skip
+def test_codex_requests_stream_validly(server: str, name: str) -> None:
+    body = json.loads((CAPTURES / f"{name}.json").read_text())["body"]
+    report = _stream(server, {**body, "max_output_tokens": 48})
+    assert report.events[-1]["type"] in ("response.completed", "response.incomplete")
+    for item in report.final["output"]:
+        if item["type"] == "function_call":
+            assert isinstance(json.loads(item["arguments"]), dict)
