@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from oars.errors import OarsError
+from oars.parsing.pipeline import TOOL_FORMATS
 
 
 def _env(name: str, default: str) -> str:
@@ -33,6 +34,18 @@ def _parser() -> argparse.ArgumentParser:
         "--ctx", type=int, default=int(_env("CTX", "16384")), help="context window in tokens"
     )
     serve.add_argument("--threads", type=int, default=None)
+    serve.add_argument(
+        "--tool-format",
+        choices=TOOL_FORMATS,
+        default=None,
+        help="how the model writes tool calls (default: guessed from its template)",
+    )
+    serve.add_argument(
+        "--temperature",
+        type=float,
+        default=None,
+        help="temperature for requests that set none (default 1.0, as OpenAI)",
+    )
     serve.add_argument("--log-level", default=_env("LOG_LEVEL", "info"))
     sub.add_parser("pull", help="download and verify the default model")
     validate = sub.add_parser("validate", help="check a saved SSE stream against the protocol")
@@ -52,8 +65,9 @@ def _serve(args: argparse.Namespace) -> None:
     path, model_id = args.model, args.model_id
     if path is None:
         path, model_id = pull(), model_id or DEFAULT_MODEL.name
-    engine = LlamaEngine(path, model_id=model_id, n_ctx=args.ctx, n_threads=args.threads)
-    app = create_app(ResponsesService(engine))
+    engine = LlamaEngine(path, model_id=model_id, n_ctx=args.ctx, n_threads=args.threads,
+                         tool_format=args.tool_format)  # fmt: skip
+    app = create_app(ResponsesService(engine, default_temperature=args.temperature))
     print(f"oars: serving {engine.info.id} on http://{args.host}:{args.port}/v1", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level.lower())
 

@@ -328,7 +328,7 @@ def _stop(body: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(stops)
 
 
-def _sampling(body: Mapping[str, Any]) -> SamplingParams:
+def _sampling(body: Mapping[str, Any], default_temperature: float) -> SamplingParams:
     temperature = _number(body, "temperature", 0.0, 2.0)
     top_p = _number(body, "top_p", 0.0, 1.0)
     if top_p == 0.0:
@@ -336,7 +336,7 @@ def _sampling(body: Mapping[str, Any]) -> SamplingParams:
     penalty = _number(body, "repetition_penalty", 0.01, 10.0)
     seed = _get(body, "seed", (int,), "seed")
     return SamplingParams(
-        temperature=1.0 if temperature is None else temperature,
+        temperature=default_temperature if temperature is None else temperature,
         top_p=1.0 if top_p is None else top_p,
         top_k=_integer(body, "top_k", 0) or 0,
         seed=seed,
@@ -362,7 +362,7 @@ def _opening_ban(raw_input: Any, toolset: ToolSet) -> tuple[str, ...]:
     """Right after tool output, in `auto` mode, the reply may not be a bare JSON call."""
     last = raw_input[-1] if isinstance(raw_input, list) and raw_input else None
     after_output = isinstance(last, dict) and str(last.get("type", "")).endswith("call_output")
-    return ("{", "`", "(", "[", "<", "\"") if after_output and toolset.mode == "auto" else ()
+    return ("{", "`", "(", "[", "<", '"') if after_output and toolset.mode == "auto" else ()
 
 
 def _one_constraint(calls: Constraint | None, text: Constraint | None) -> Constraint | None:
@@ -374,7 +374,7 @@ def _one_constraint(calls: Constraint | None, text: Constraint | None) -> Constr
     return text or calls
 
 
-def normalize(body: Any, *, served_model: str) -> ResponseRequest:
+def normalize(body: Any, *, served_model: str, default_temperature: float = 1.0) -> ResponseRequest:
     """Validate a `POST /v1/responses` body; raise `InvalidRequest` naming the bad parameter."""
     if not isinstance(body, dict):
         raise _fail("The request body must be a JSON object.", "body", "invalid_type")
@@ -391,7 +391,7 @@ def normalize(body: Any, *, served_model: str) -> ResponseRequest:
     toolset = resolve(parse_tools(wire_tools), tool_choice)
     parallel = _get(body, "parallel_tool_calls", (bool,), "parallel_tool_calls")
     parallel = True if parallel is None else parallel
-    sampling = _sampling(body)
+    sampling = _sampling(body, default_temperature)
     text_echo, constraint = _text_format(body)
     constraint = _one_constraint(tool_constraint(toolset, parallel=parallel), constraint)
     reasoning = _reasoning(body)

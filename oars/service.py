@@ -19,8 +19,9 @@ log = logging.getLogger("oars.service")
 
 
 class ResponsesService:
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, default_temperature: float | None = None) -> None:
         self.engine = engine
+        self.default_temperature = 1.0 if default_temperature is None else default_temperature
 
     def start(self, request: ResponseRequest) -> Run:
         """Accept a request; client errors (e.g. context length) raise here, before any byte."""
@@ -95,6 +96,13 @@ class Run:
         usage = replace(finish.usage or Usage(), reasoning_tokens=self._reasoning_tokens)
         for event in self.builder.finish(finish.finish, usage):
             yield event
+        response = self.builder.response
+        log.info(
+            "%s %s: %d input (%d cached), %d output tokens; output %s",
+            response["id"], response["status"], usage.input_tokens, usage.cached_tokens,
+            usage.output_tokens, [item["type"] for item in response["output"]],
+        )  # fmt: skip
+        log.debug("%s output: %s", response["id"], response["output"])
 
     def _apply(self, chunk: EngineChunk) -> list[Event]:
         segments = self._parse(chunk)

@@ -36,6 +36,7 @@ from oars.generation import (
     Usage,
 )
 from oars.parsing.holdback import split_holdback
+from oars.parsing.pipeline import tool_format_of
 
 log = logging.getLogger("oars.engine")
 
@@ -54,7 +55,7 @@ class LlamaEngine:
 
     def __init__(
         self, path: Path, *, model_id: str | None = None, n_ctx: int = 16384,
-        n_threads: int | None = None,
+        n_threads: int | None = None, tool_format: str | None = None,
     ) -> None:  # fmt: skip
         import llama_cpp  # imported here so that the fast test tier never needs it
 
@@ -73,7 +74,10 @@ class LlamaEngine:
         self.template = ChatTemplate(source, bos_token=bos, eos_token=eos)
         self._add_bos = meta.get("tokenizer.ggml.add_bos_token", "false") == "true"
         think = ("<think>", "</think>") if "<think>" in source else None
-        self.info = ModelInfo(model_id or path.stem, context_length=n_ctx, think_tags=think)
+        self.info = ModelInfo(
+            model_id or path.stem, context_length=n_ctx, think_tags=think,
+            tool_format=tool_format or tool_format_of(source),
+        )  # fmt: skip
         self.grammars = Grammars(self._vocab, self.n_vocab)
         self.busy = False
         self._opening_bans: dict[tuple[str, ...], np.ndarray] = {}
@@ -99,7 +103,12 @@ class LlamaEngine:
                 f"The input is {len(tokens)} tokens, which leaves no room in this model's "
                 f"context window of {limit} tokens. Shorten the input."
             )
-        grammar = self._grammar(request.constraint) if request.constraint else None
+        constraint = request.constraint
+        if constraint is not None and constraint.param == "tools" and self.info.tool_format != (
+            "hermes"
+        ):  # fmt: skip
+            constraint = None  # call grammars are JSON call objects; other families keep theirs
+        grammar = self._grammar(constraint) if constraint else None
         return Prepared(request, prompt, tokens, grammar)
 
     def _grammar(self, constraint: Constraint) -> str:
@@ -228,12 +237,11 @@ class _Decode:
         self.held = ""  # text held back because it may start a stop sequence
         self.produced = 0
         self.text = ""  # the output so far, for lazy constraints' triggers
-        self.lazy = _Lazy(engine, job.prepared) if job.prepared.request.constraint else None
-        grammar = job.prepared.grammar
-        eager = grammar is not None and self.lazy is not None and not self.lazy.triggers
+        grammar, constraint = job.prepared.grammar, job.prepared.request.constraint
+        lazy = grammar is not None and constraint is not None and bool(constraint.triggers)
+        self.lazy = _Lazy(engine, job.prepared) if lazy else None
+        eager = grammar is not None and not lazy
         self.mask: TokenMask | None = engine.grammars.mask(grammar) if eager and grammar else None
-        if eager:
-            self.lazy = None
 
     def run(self) -> None:
         engine, prompt = self.engine, self.job.prepared.prompt_tokens

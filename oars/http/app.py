@@ -45,7 +45,8 @@ def create_app(service: ResponsesService) -> Starlette:
 
     async def create_response(request: Request) -> Response:
         body = await _read_json(request)
-        req = normalize(body, served_model=service.engine.info.id)
+        req = normalize(body, served_model=service.engine.info.id,
+                        default_temperature=service.default_temperature)  # fmt: skip
         run = await asyncio.to_thread(service.start, req)
         if req.stream:
             return StreamingResponse(

@@ -113,7 +113,14 @@ class HarmonyParser:
         if self._body is not None:
             self._emit(self._buffer, out)
             self._close(out)
-        elif not self._seen_markup and not _TOKEN.search(self._buffer) and self._buffer.strip():
-            out.append(Segment(SegmentKind.TEXT, self._buffer))  # no harmony at all: plain text
+        elif self._is_plain_text():
+            out.append(Segment(SegmentKind.TEXT, self._buffer))
         self._buffer = ""
         return out
+
+    def _is_plain_text(self) -> bool:
+        """The output had no harmony at all (not even a cut-off header): it is all answer."""
+        held = self._buffer
+        if self._seen_markup or _TOKEN.search(held) or _RECIPIENT.search(held):
+            return False
+        return bool(held.strip())

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from oars.parsing.harmony import HarmonyParser
 from oars.parsing.hermes import HermesParser
+from oars.parsing.qwen3_coder import Qwen3CoderParser
 from oars.parsing.reasoning import ThinkParser
 from oars.parsing.segments import Segment, SegmentKind
 
@@ -45,15 +47,28 @@ class Chain:
         return out
 
 
+TOOL_FORMATS = ("hermes", "qwen3_coder", "harmony")
+
+
+def tool_format_of(chat_template: str) -> str:
+    """Guess a model family's call format from its chat template."""
+    if "<|channel|>" in chat_template:
+        return "harmony"
+    if "<function=" in chat_template:
+        return "qwen3_coder"
+    return "hermes"
+
+
 def output_parser(
     *, think_tags: tuple[str, str] | None, in_reasoning: bool, tool_names: frozenset[str],
     tool_format: str = "hermes",
 ) -> Chain:  # fmt: skip
     """The parser for one generation."""
+    if tool_format == "harmony":  # channels carry reasoning, answer and calls alike
+        return Chain(HarmonyParser(), PassThrough())
     first: Parser = ThinkParser(*think_tags, in_reasoning=in_reasoning) if think_tags else (
         PassThrough())  # fmt: skip
-    second: Parser = _TOOL_PARSERS[tool_format](tool_names)
+    second: Parser = (
+        Qwen3CoderParser() if tool_format == "qwen3_coder" else HermesParser(tool_names)
+    )
     return Chain(first, second)
-
-
-_TOOL_PARSERS = {"hermes": HermesParser}

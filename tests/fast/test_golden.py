@@ -31,6 +31,8 @@ PATCH = {
     "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"},
 }
 GOLDEN = Path(__file__).parent.parent / "fixtures" / "golden"
+HARMONY = ModelInfo("gpt-oss", 4096, tool_format="harmony")
+QWEN3_CODER = ModelInfo("qwen3-coder", 4096, tool_format="qwen3_coder")
 THINKER = ModelInfo("thinker", 4096, think_tags=("<think>", "</think>"))
 
 CASES: dict[str, tuple[ScriptedEngine, dict[str, Any]]] = {
@@ -71,6 +73,16 @@ CASES: dict[str, tuple[ScriptedEngine, dict[str, Any]]] = {
     "call_cut_by_max_output_tokens": (
         ScriptedEngine(['{"name": "get_weather", ', '"arguments": {"loc', 'ation": "P"}}']),
         {"tools": [WEATHER], "max_output_tokens": 2}),
+    "harmony_reasoning_then_call": (
+        ScriptedEngine(["<|channel|>analysis<|message|>Need the", " weather.<|end|><|start|>",
+                        "assistant<|channel|>commentary to=functions.get_weather <|constrain|>",
+                        'json<|message|>{"location":', '"Paris"}<|call|>'], info=HARMONY),
+        {"tools": [WEATHER]}),
+    "qwen3_coder_call": (
+        ScriptedEngine(["Checking.\n<tool_call>\n<function=get_weather>\n<parameter=",
+                        "location>\nParis\n</parameter>\n</function>\n</tool_call>"],
+                       info=QWEN3_CODER),
+        {"tools": [WEATHER]}),
     "unknown_tool_name_stays_text": (
         ScriptedEngine(['{"name": "add", "arguments": {"a": 1}}']), {"tools": [WEATHER]}),
 }  # fmt: skip

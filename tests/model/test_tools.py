@@ -35,8 +35,9 @@ def _the_call(report: Any) -> dict[str, Any]:
     assert len(calls) == 1, report.final["output"]
     deltas = [e for e in report.events if e["type"] == "response.function_call_arguments.delta"]
     assert len(deltas) >= 2, "arguments should stream as the model writes them"
-    assert "".join(e["delta"] for e in deltas) == calls[0]["arguments"]
-    return calls[0]
+    call: dict[str, Any] = calls[0]
+    assert "".join(e["delta"] for e in deltas) == call["arguments"]
+    return call
 
 
 @pytest.mark.parametrize(
