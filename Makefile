@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 serve: $(VENV)/.installed-serve  ## set up, pull the default model on first use, serve on 127.0.0.1:8000
 	$(BIN)/oars serve
 
-test: $(VENV)/.installed-test  ## set up and run the whole suite (lint, real model, real clients)
+test: $(VENV)/.installed-test clients/node_modules/.installed  ## set up and run the whole suite (lint, real model, real clients)
 	$(BIN)/ruff check oars tests bench
 	$(BIN)/mypy oars tests
 	$(BIN)/oars pull
@@ -29,6 +29,11 @@ bench: $(VENV)/.installed-test
 
 pull: $(VENV)/.installed-serve
 	$(BIN)/oars pull
+
+# Real clients (npm packages) the suite drives; installed into clients/, nothing global.
+clients/node_modules/.installed: clients/package.json
+	cd clients && npm install --no-audit --no-fund --loglevel=error
+	touch $@
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)

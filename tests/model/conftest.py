@@ -24,9 +24,20 @@ def _free_port() -> int:
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Base URL (…/v1) of a real server; context 4096 keeps the over-long-prompt test cheap."""
+    yield from _serve(tmp_path_factory, "--ctx", "4096")
+
+
+@pytest.fixture(scope="session")
+def agent_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A server for agent clients: their prompts are long, and they send no temperature, so the
+    server's default is 0 to keep the small model's turns reproducible."""
+    yield from _serve(tmp_path_factory, "--ctx", "16384", "--temperature", "0")
+
+
+def _serve(tmp_path_factory: pytest.TempPathFactory, *args: str) -> Iterator[str]:
     port = _free_port()
     log = tmp_path_factory.mktemp("server") / "oars.log"
-    cmd = [sys.executable, "-m", "oars.cli", "serve", "--port", str(port), "--ctx", "4096"]
+    cmd = [sys.executable, "-m", "oars.cli", "serve", "--port", str(port), *args]
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ))
     base = f"http://127.0.0.1:{port}"
