@@ -26,6 +26,7 @@ from typing import Any
 
 from oars.generation import FinishReason, TokenLogprob, Usage
 from oars.parsing import Segment, SegmentKind
+from oars.parsing.jsonfield import StringField
 from oars.tools import Tool
 
 Event = dict[str, Any]
@@ -85,6 +86,8 @@ class _Item:
     name: str = ""
     arguments: str = ""  # function: the JSON text; custom: the input
     namespace: str | None = None
+    field: StringField | None = None  # custom calls: decodes `input` out of the arguments
+    streamed: str = ""  # custom calls: the input sent in deltas so far
 
     def wire(self) -> dict[str, Any]:
         return _ITEM_WIRE[self.type](self)
@@ -124,7 +127,7 @@ def _function_call_wire(item: _Item) -> dict[str, Any]:
 
 
 def _custom_call_wire(item: _Item) -> dict[str, Any]:
-    return {**_call_fields(item), "input": item.arguments}
+    return {**_call_fields(item), "input": item.streamed}
 
 
 _ITEM_WIRE: dict[str, Callable[[_Item], dict[str, Any]]] = {
@@ -301,7 +304,8 @@ class ResponseBuilder:
         prefix = "ctc" if kind == "custom_tool_call" else "fc"
         item = _Item(type=kind, id=new_id(prefix), output_index=len(self._items),
                      call_id=new_id("call"), name=segment.name,
-                     namespace=tool.namespace if tool is not None else None)  # fmt: skip
+                     namespace=tool.namespace if tool is not None else None,
+                     field=StringField("input") if kind == "custom_tool_call" else None)  # fmt: skip
         self._items.append(item)
         self._open = item
         events.append(
@@ -320,10 +324,17 @@ class ResponseBuilder:
         ):
             return []
         item.arguments += segment.text
-        if item.type == "custom_tool_call":
-            return []  # the input is the `input` field of these arguments: sent when complete
+        if item.field is not None:
+            return self._input_delta(item, item.field.feed(segment.text))
         return [self._emit("response.function_call_arguments.delta", item_id=item.id,
                            output_index=item.output_index, delta=segment.text)]  # fmt: skip
+
+    def _input_delta(self, item: _Item, delta: str) -> list[Event]:
+        if not delta:
+            return []
+        item.streamed += delta
+        return [self._emit("response.custom_tool_call_input.delta", item_id=item.id,
+                           output_index=item.output_index, delta=delta)]  # fmt: skip
 
     def _call_end(self, segment: Segment) -> list[Event]:
         return self._close("completed")
@@ -333,11 +344,11 @@ class ResponseBuilder:
         if item.type == "function_call":
             return [self._emit("response.function_call_arguments.done", **where,
                                arguments=item.arguments, name=item.name)]  # fmt: skip
-        item.arguments = _custom_input(item.arguments)
-        events = []
-        if item.arguments:
-            events.append(self._emit("response.custom_tool_call_input.delta", **where,
-                                     delta=item.arguments))  # fmt: skip
+        final = _custom_input(item.arguments)
+        # What streamed is kept (done must equal the deltas); the rest, if any, goes now.
+        events = self._input_delta(item, final[len(item.streamed) :]) if final.startswith(
+            item.streamed) else []  # fmt: skip
+        item.arguments = item.streamed
         events.append(self._emit("response.custom_tool_call_input.done", **where,
                                  input=item.arguments))  # fmt: skip
         return events

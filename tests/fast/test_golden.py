@@ -83,6 +83,11 @@ CASES: dict[str, tuple[ScriptedEngine, dict[str, Any]]] = {
                         "location>\nParis\n</parameter>\n</function>\n</tool_call>"],
                        info=QWEN3_CODER),
         {"tools": [WEATHER]}),
+    "reasoning_then_call": (
+        ScriptedEngine(["<think>", "Use the tool.", "</think>\n\n<tool_call>\n",
+                        '{"name": "get_weather", "arguments": {"location": "Oslo"}}',
+                        "\n</tool_call>"], info=THINKER),
+        {"tools": [WEATHER]}),
     "unknown_tool_name_stays_text": (
         ScriptedEngine(['{"name": "add", "arguments": {"a": 1}}']), {"tools": [WEATHER]}),
 }  # fmt: skip

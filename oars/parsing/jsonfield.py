@@ -1,0 +1,75 @@
+"""Streaming one string field out of a JSON object as it is written.
+
+Custom tools are offered to the model as a function with one argument, `input`; the call's
+arguments arrive as JSON text (`{"input": "*** Begin Patch\\n…`). `StringField` decodes the value
+of that field incrementally, so the input can stream as `custom_tool_call_input.delta`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+
+
+class StringField:
+    """Feed JSON object text; get back the decoded text of one string field, as it arrives."""
+
+    def __init__(self, key: str) -> None:
+        self._opening = re.compile(r'"' + re.escape(key) + r'"\s*:\s*"')
+        self._raw = ""  # the object text before the value started
+        self._pending = ""  # undecoded value text (an escape may be cut)
+        self.started = False
+        self.closed = False
+
+    def feed(self, text: str) -> str:
+        if self.closed:
+            return ""
+        if not self.started:
+            self._raw += text
+            found = self._opening.search(self._raw)
+            if found is None:
+                return ""
+            self.started, text = True, self._raw[found.end() :]
+        self._pending += text
+        return self._decode()
+
+    def _decode(self) -> str:
+        out: list[str] = []
+        i, pending = 0, self._pending
+        while i < len(pending):
+            char = pending[i]
+            if char == '"':
+                self.closed = True
+                break
+            if char != "\\":
+                out.append(char)
+                i += 1
+                continue
+            step = self._escape(pending, i, out)
+            if step == 0:
+                break  # a cut escape: wait for the rest
+            i += step
+        self._pending = "" if self.closed else pending[i:]
+        return "".join(out)
+
+    @staticmethod
+    def _escape(pending: str, i: int, out: list[str]) -> int:
+        """Decode the escape at `i` into `out`; its length, or 0 if it is not complete yet."""
+        if i + 1 >= len(pending):
+            return 0
+        code = pending[i + 1]
+        if code != "u":
+            out.append(_ESCAPES.get(code, code))
+            return 2
+        if i + 6 > len(pending):
+            return 0
+        unit = int(pending[i + 2 : i + 6], 16)
+        if 0xD800 <= unit < 0xDC00:  # a surrogate pair takes two escapes
+            if i + 12 > len(pending):
+                return 0
+            out.append(json.loads('"' + pending[i : i + 12] + '"'))
+            return 12
+        out.append(chr(unit))
+        return 6
