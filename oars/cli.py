@@ -1,4 +1,4 @@
-"""`oars serve`, `oars pull`, `oars validate`."""
+"""`oars serve`, `oars pull`, `oars check`, `oars validate`."""
 
 from __future__ import annotations
 
@@ -48,6 +48,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--log-level", default=_env("LOG_LEVEL", "info"))
     sub.add_parser("pull", help="download and verify the default model")
+    check = sub.add_parser("check", help="run the protocol battery against any Responses server")
+    check.add_argument("url", help="the server's base URL, e.g. http://127.0.0.1:8000/v1")
+    check.add_argument("--model", required=True)
+    check.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY", "unused"))
+    check.add_argument("--json", action="store_true", help="print results as JSON")
+    check.add_argument("--only", default="", help="comma-separated check names")
+    check.add_argument("--max-tokens", type=int, default=48, help="max_output_tokens per request")
     validate = sub.add_parser("validate", help="check a saved SSE stream against the protocol")
     validate.add_argument("file", type=Path, help="the stream, as sent on the wire ('-' = stdin)")
     return parser  # fmt: skip
@@ -72,6 +79,24 @@ def _serve(args: argparse.Namespace) -> None:
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level.lower())
 
 
+def _check(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    import httpx
+
+    from oars.check import Checker, table
+
+    headers = {"Authorization": f"Bearer {args.api_key}"}
+    with httpx.Client(headers=headers) as client:
+        checker = Checker(client, args.url, args.model, max_tokens=args.max_tokens)
+        results = checker.run({n for n in args.only.split(",") if n} or None)
+    if args.json:
+        print(json.dumps([dataclasses.asdict(r) for r in results], indent=2))
+    else:
+        print(table(results))
+    return 1 if any(r.status == "failed" for r in results) else 0
+
+
 def _validate(args: argparse.Namespace) -> int:
     from oars.validator import validate_sse
 
@@ -93,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
             print(pull())
         elif args.command == "validate":
             return _validate(args)
+        elif args.command == "check":
+            return _check(args)
     except OarsError as exc:
         print(f"oars: {exc}", file=sys.stderr)
         return 1
