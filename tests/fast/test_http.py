@@ -182,6 +182,11 @@ def test_codex_request_is_accepted(path: Path) -> None:
     assert validate_sse(r.text).ok
 
 
+def test_every_response_has_a_request_id() -> None:
+    assert _post({"model": "m", "input": "x"}).headers["x-request-id"].startswith("req_")
+    assert _post({"model": "m"}).headers["x-request-id"].startswith("req_")
+
+
 def test_models_and_health() -> None:
     models = _get("/v1/models").json()
     assert models["object"] == "list" and models["data"][0]["id"] == "scripted"
