@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -19,81 +18,36 @@ from hypothesis import strategies as st
 
 from oars.parsing.qwen3_coder import Qwen3CoderParser
 from oars.parsing.segments import Segment, SegmentKind, merge
+from tests.fast.parser_fixtures import (
+    assert_chunking_invariant,
+    call_arguments,
+    chunked,
+    expected,
+    fixtures,
+    load,
+    parse,
+    raw_parse,
+)
 
-FIXTURES = sorted((Path(__file__).parent.parent / "fixtures" / "qwen3_coder").glob("*.json"))
-
-
-def _load(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text())  # type: ignore[no-any-return]
-
-
-def _raw(chunks: list[str]) -> list[Segment]:
-    parser = Qwen3CoderParser()
-    out: list[Segment] = []
-    for chunk in chunks:
-        out += parser.feed(chunk)
-    return out + parser.finish()
-
-
-def _parse(chunks: list[str]) -> list[Segment]:
-    return merge(_raw(chunks))
-
-
-def _expected(f: dict[str, Any]) -> list[Segment]:
-    out = []
-    for kind, value in f["expect"]:
-        k = SegmentKind(kind)
-        out.append(Segment(k, name=value) if k is SegmentKind.CALL_START else Segment(k, value))
-    return out
-
-
-def _call_arguments(segments: list[Segment]) -> list[str]:
-    """Each call's arguments: its CALL_ARGS pieces joined."""
-    calls: list[str] = []
-    for seg in segments:
-        if seg.kind is SegmentKind.CALL_START:
-            calls.append("")
-        elif seg.kind is SegmentKind.CALL_ARGS:
-            calls[-1] += seg.text
-    return calls
-
-
-def _chunks(text: str, cuts: list[int]) -> list[str]:
-    points = sorted({min(c, len(text)) for c in cuts})
-    return [text[a:b] for a, b in zip([0, *points], [*points, len(text)], strict=True)]
+FIXTURES = fixtures("qwen3_coder")
 
 
 @pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.stem)
-def test_one_shot(path: Path) -> None:
-    f = _load(path)
-    assert _parse([f["text"]]) == _expected(f)
-
-
-@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.stem)
-def test_every_two_way_split(path: Path) -> None:
-    f = _load(path)
-    text, want = f["text"], _expected(f)
-    for i in range(len(text) + 1):
-        assert _parse([text[:i], text[i:]]) == want, i
-
-
-@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.stem)
-def test_char_by_char(path: Path) -> None:
-    f = _load(path)
-    assert _parse(list(f["text"])) == _expected(f)
+def test_one_shot_every_split_and_char_by_char(path: Path) -> None:
+    assert_chunking_invariant(Qwen3CoderParser, load(path))
 
 
 @pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.stem)
 @settings(max_examples=40, deadline=None)
 @given(cuts=st.lists(st.integers(min_value=0, max_value=600), max_size=25))
 def test_random_chunkings(path: Path, cuts: list[int]) -> None:
-    f = _load(path)
-    assert _parse(_chunks(f["text"], cuts)) == _expected(f)
+    f = load(path)
+    assert parse(Qwen3CoderParser, chunked(f["text"], cuts)) == expected(f)
 
 
 @pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.stem)
 def test_arguments_are_json_objects(path: Path) -> None:
-    for arguments in _call_arguments(_raw(list(_load(path)["text"]))):
+    for arguments in call_arguments(raw_parse(Qwen3CoderParser, list(load(path)["text"]))):
         assert isinstance(json.loads(arguments), dict)
 
 
@@ -146,8 +100,8 @@ def test_malformed_markup_counts_as_degraded() -> None:
 )
 def test_parameter_values(raw: str, want: str) -> None:
     text = f"<tool_call>\n<function=f>\n<parameter=v>{raw}</parameter>\n</function>\n</tool_call>"
-    assert _call_arguments(_parse([text])) == ['{"v": ' + want + "}"]
-    json.loads(_call_arguments(_parse([text]))[0])
+    assert call_arguments(parse(Qwen3CoderParser, [text])) == ['{"v": ' + want + "}"]
+    json.loads(call_arguments(parse(Qwen3CoderParser, [text]))[0])
 
 
 @pytest.mark.parametrize(
@@ -162,7 +116,7 @@ def test_parameter_values(raw: str, want: str) -> None:
     ],
 )
 def test_odd_markup_never_raises_and_is_chunk_invariant(text: str) -> None:
-    want = _parse([text])
-    assert _parse(list(text)) == want
-    for arguments in _call_arguments(want):
+    want = parse(Qwen3CoderParser, [text])
+    assert parse(Qwen3CoderParser, list(text)) == want
+    for arguments in call_arguments(want):
         json.loads(arguments)
