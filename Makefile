@@ -31,8 +31,8 @@ pull: $(VENV)/.installed-serve
 	$(BIN)/oars pull
 
 # Real clients (npm packages) the suite drives; installed into clients/, nothing global.
-clients/node_modules/.installed: clients/package.json
-	cd clients && npm install --no-audit --no-fund --loglevel=error
+clients/node_modules/.installed: clients/package.json clients/package-lock.json
+	cd clients && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
 $(BIN)/python:
