@@ -14,6 +14,7 @@ from typing import Any
 
 from oars.errors import InvalidRequest
 from oars.generation import Constraint, GrammarKind
+from oars.json_lark import json_string_grammar
 
 CUSTOM_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -37,6 +38,7 @@ class Tool:
     description: str
     parameters: Mapping[str, Any]
     namespace: str | None = None
+    grammar: str | None = None  # custom tools: the input's Lark grammar, if the tool gives one
 
     def to_template(self) -> dict[str, Any]:
         function = {"name": self.name, "description": self.description,
@@ -68,12 +70,24 @@ def _tool(raw: Mapping[str, Any], param: str, namespace: str | None) -> Tool | N
                              code="missing_required_parameter")  # fmt: skip
     description = raw.get("description") or ""
     if kind == "custom":
-        return Tool(name, "custom", description, CUSTOM_SCHEMA, namespace)
+        return Tool(name, "custom", description, CUSTOM_SCHEMA, namespace, _custom_grammar(raw))
     params = raw.get("parameters")
     if params is not None and not isinstance(params, dict):
         raise InvalidRequest(f"Invalid '{param}.parameters': expected a JSON Schema object.",
                              param=f"{param}.parameters")  # fmt: skip
     return Tool(name, "function", description, params or ANY_OBJECT, namespace)
+
+
+def _custom_grammar(raw: Mapping[str, Any]) -> str | None:
+    fmt = raw.get("format")
+    if not isinstance(fmt, dict) or fmt.get("type") != "grammar":
+        return None
+    definition = fmt.get("definition")
+    if not isinstance(definition, str):
+        return None
+    if fmt.get("syntax") == "regex":
+        return "start: /" + definition.replace("/", "\\/") + "/"
+    return definition if fmt.get("syntax") == "lark" else None
 
 
 def parse_tools(tools: Sequence[Any]) -> list[Tool]:
@@ -145,27 +159,35 @@ def call_grammar(
     """Lark (llguidance flavour): one call object `{"name": …, "arguments": {…}}` per tool.
 
     Arguments follow the tool's JSON schema (`relaxed`: any object, for schemas the grammar
-    compiler cannot take). `many` allows further calls after the first. `compact` fixes the
-    layout (forced calls); otherwise whitespace is free, to follow a model that already began
-    a pretty-printed object.
+    compiler cannot take); a custom tool's `input` follows its own grammar where one is given.
+    `many` allows further calls after the first. `compact` fixes the layout (forced calls);
+    otherwise whitespace is free, to follow a model that already began a pretty-printed object.
     """
-    ws = '" "' if compact else "WS?"
+    gap, space = ("", '" "') if compact else ("WS?", "WS?")
     rules = []
     for i, tool in enumerate(tools):
-        schema = ANY_OBJECT if relaxed else tool.parameters
-        layout = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
-        schema = {**schema, "x-guidance": layout if compact else {"whitespace_flexible": True}}
-        head = f'"{{" {"" if compact else "WS?"} "\\"name\\"" {"" if compact else "WS?"} ":" {ws}'
         rules.append(
-            f'call_{i}: {head} {_lark_string(tool.name)} {"" if compact else "WS?"} "," {ws} '
-            f'"\\"arguments\\"" {"" if compact else "WS?"} ":" {ws} args_{i} '
-            f'{"" if compact else "WS?"} "}}"\n'
-            f"args_{i}: %json {json.dumps(schema)}\n"
+            f'call_{i}: "{{" {gap} "\\"name\\"" {gap} ":" {space} {_lark_string(tool.name)} {gap} '
+            f'"," {space} "\\"arguments\\"" {gap} ":" {space} args_{i} {gap} "}}"\n'
+            + _arguments_rule(tool, f"args_{i}", relaxed=relaxed, compact=compact)
         )
     calls = " | ".join(f"call_{i}" for i in range(len(tools)))
     sep = '"\\n"' if compact else "WS?"
     start = f"start: call ({sep} call)*\n" if many else "start: call\n"
     return start + f"call: {calls}\n" + "".join(rules) + "WS: /[ \\t\\n]{1,16}/\n"
+
+
+def _arguments_rule(tool: Tool, rule: str, *, relaxed: bool, compact: bool) -> str:
+    if tool.grammar is not None and not relaxed:
+        inner = json_string_grammar(tool.grammar, prefix=f"{rule}_")
+        if inner is not None:
+            gap, space = ("", '" "') if compact else ("WS?", "WS?")
+            return (f'{rule}: "{{" {gap} "\\"input\\"" {gap} ":" {space} "\\"" {rule}_start '
+                    f'"\\"" {gap} "}}"\n{inner}\n')  # fmt: skip
+    schema = ANY_OBJECT if relaxed else tool.parameters
+    layout = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+    schema = {**schema, "x-guidance": layout if compact else {"whitespace_flexible": True}}
+    return f"{rule}: %json {json.dumps(schema)}\n"
 
 
 def tool_constraint(toolset: ToolSet, *, parallel: bool) -> Constraint | None:

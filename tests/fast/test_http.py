@@ -270,3 +270,20 @@ def test_custom_tool_call_replay_is_rendered_as_input_argument() -> None:
     msgs = engine.requests[-1].messages
     assert msgs[1].tool_calls[0]["function"]["arguments"] == {"input": "P"}
     assert (msgs[2].role, msgs[2].content) == ("tool", "Done")
+
+
+APPLY_PATCH_GRAMMAR = Path(__file__).parent.parent / "fixtures" / "grammars" / "apply_patch.lark"
+
+
+def test_custom_tool_grammar_constrains_the_input() -> None:
+    engine = ScriptedEngine()
+    patch = {"type": "custom", "name": "apply_patch",
+             "format": {"type": "grammar", "syntax": "lark",
+                        "definition": APPLY_PATCH_GRAMMAR.read_text()}}  # fmt: skip
+    _post({"model": "m", "input": "x", "tools": [patch], "tool_choice": "required"}, engine)
+    constraint = engine.requests[-1].constraint
+    assert constraint is not None and "args_0_start" in constraint.source
+    freeform = {"type": "custom", "name": "note"}
+    _post({"model": "m", "input": "x", "tools": [freeform], "tool_choice": "required"}, engine)
+    constraint = engine.requests[-1].constraint
+    assert constraint is not None and '"input": {"type": "string"}' in constraint.source

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -86,3 +87,25 @@ def test_codex_requests_stream_validly(server: str, name: str) -> None:
     for item in report.final["output"]:
         if item["type"] == "function_call" and item["status"] == "completed":
             assert isinstance(json.loads(item["arguments"]), dict)
+
+
+PATCH_LINE = re.compile(r"^(\*\*\* (Begin Patch|End Patch|Add File: .+|Delete File: .+|"
+                        r"Update File: .+|Move to: .+|End of File)|[+\- ].*|@@.*)$")  # fmt: skip
+
+
+def test_custom_tool_input_follows_its_lark_grammar(server: str) -> None:
+    grammar = (CAPTURES.parent / "grammars" / "apply_patch.lark").read_text()
+    patch = {"type": "custom", "name": "apply_patch", "description": "Edit files with a patch.",
+             "format": {"type": "grammar", "syntax": "lark", "definition": grammar}}  # fmt: skip
+    body = {"model": "default", "input": "Create the file hello.txt containing the line: hi",
+            "tools": [patch], "tool_choice": {"type": "custom", "name": "apply_patch"},
+            "max_output_tokens": 60, "temperature": 0}  # fmt: skip
+    report = _stream(server, body)
+    (call,) = [i for i in report.final["output"] if i["type"] == "custom_tool_call"]
+    deltas = [e["delta"] for e in report.events
+              if e["type"] == "response.custom_tool_call_input.delta"]  # fmt: skip
+    assert len(deltas) >= 2 and "".join(deltas) == call["input"]
+    lines = call["input"].split("\n")
+    assert lines[0] == "*** Begin Patch" and lines[1].startswith("*** ")
+    complete_lines = lines[:-1] if call["status"] == "incomplete" else lines
+    assert all(PATCH_LINE.match(line) for line in complete_lines if line), lines
