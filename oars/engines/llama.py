@@ -41,6 +41,7 @@ from oars.parsing.pipeline import tool_format_of
 log = logging.getLogger("oars.engine")
 
 _PENALTY_WINDOW = 64
+_TRIGGER_REACH = 64  # characters a call trigger can span
 
 
 @dataclass
@@ -215,6 +216,9 @@ class _Lazy:
                 return None
             self._anchored = trigger.pattern.startswith("^")
             return mask
+        # Triggers are short: only the tail can still start one, so each check stays O(1) in
+        # the output's length (the anchored trigger has had its chance by then).
+        self._scan_from = max(self._scan_from, len(text) - _TRIGGER_REACH)
         return None
 
     def rearm(self, text_len: int = 0) -> bool:

@@ -9,10 +9,13 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import httpx2  # the transport library of the openai SDK
 import pytest
+
+from oars.validator import validate_sse
 
 
 def _free_port() -> int:
@@ -92,3 +95,12 @@ class RecordingTransport(httpx2.HTTPTransport):
 
         response.stream = Tee()
         return response
+
+
+def stream(server: str, body: dict[str, Any]) -> Any:  # a Report; Any for terse tests
+    """POST a streamed request; assert HTTP 200 and a stream the validator finds clean."""
+    response = httpx.post(f"{server}/responses", json={**body, "stream": True}, timeout=300)
+    assert response.status_code == 200, response.text
+    report = validate_sse(response.text)
+    assert report.ok, report.text()
+    return report

@@ -9,7 +9,7 @@ import httpx
 import jsonschema
 import pytest
 
-from oars.validator import validate_sse
+from tests.model.conftest import stream
 
 pytestmark = pytest.mark.model
 
@@ -48,14 +48,6 @@ SCHEMAS: dict[str, tuple[str, dict[str, Any]]] = {
 }  # fmt: skip
 
 
-def _stream(server: str, body: dict[str, Any]) -> Any:
-    r = httpx.post(f"{server}/responses", json={**body, "stream": True}, timeout=120)
-    assert r.status_code == 200, r.text
-    report = validate_sse(r.text)
-    assert report.ok, report.text()
-    return report
-
-
 def _text(final: dict[str, Any]) -> str:
     return "".join(
         part["text"]
@@ -72,7 +64,7 @@ def test_json_schema_always_validates(server: str, name: str) -> None:
     for seed in range(4):
         body = {"model": "default", "input": prompt, "text": {"format": fmt},
                 "max_output_tokens": 120, "temperature": 1.0, "seed": seed}  # fmt: skip
-        final = _stream(server, body).final
+        final = stream(server, body).final
         assert final["status"] == "completed", (seed, final["output"])
         jsonschema.validate(json.loads(_text(final)), schema)
         assert final["text"]["format"] == {**fmt, "description": None}
@@ -82,7 +74,7 @@ def test_json_object_always_parses(server: str) -> None:
     for seed in range(3):
         body = {"model": "default", "input": "Describe a cat as JSON.", "seed": seed,
                 "text": {"format": {"type": "json_object"}}, "max_output_tokens": 120}  # fmt: skip
-        final = _stream(server, body).final
+        final = stream(server, body).final
         assert final["status"] == "completed"
         assert isinstance(json.loads(_text(final)), dict)
 
@@ -99,7 +91,7 @@ def test_truncated_json_is_incomplete_never_completed(server: str) -> None:
     prompt, schema = SCHEMAS["array_of_objects"]
     fmt = {"type": "json_schema", "name": "c", "schema": schema, "strict": True}
     body = {"model": "default", "input": prompt, "text": {"format": fmt}, "max_output_tokens": 6}
-    report = _stream(server, body)
+    report = stream(server, body)
     assert report.events[-1]["type"] == "response.incomplete"
     with pytest.raises(json.JSONDecodeError):
         json.loads(_text(report.final))
@@ -109,7 +101,7 @@ def test_logprobs_shapes(server: str) -> None:
     body = {"model": "default", "input": "Say: héllo 👋", "temperature": 0,
             "max_output_tokens": 16, "include": ["message.output_text.logprobs"],
             "top_logprobs": 5}  # fmt: skip
-    report = _stream(server, body)
+    report = stream(server, body)
     deltas = [e for e in report.events if e["type"] == "response.output_text.delta"]
     assert deltas
     for event in deltas:
@@ -127,7 +119,7 @@ def test_logprobs_shapes(server: str) -> None:
 
 def test_no_logprobs_without_include(server: str) -> None:
     body = {"model": "default", "input": "Say hi.", "max_output_tokens": 8, "top_logprobs": 5}
-    report = _stream(server, body)
+    report = stream(server, body)
     assert all(e.get("logprobs", []) == [] for e in report.events)
     assert report.final["output"][0]["content"][0]["logprobs"] == []
 
@@ -136,7 +128,7 @@ def test_seed_reproduces_and_different_seeds_differ(server: str) -> None:
     def run(seed: int) -> str:
         body = {"model": "default", "input": "Write one sentence about the sea.",
                 "temperature": 1.0, "seed": seed, "max_output_tokens": 24}  # fmt: skip
-        return _text(_stream(server, body).final)
+        return _text(stream(server, body).final)
 
     assert run(7) == run(7)
     assert len({run(seed) for seed in (1, 2, 3)}) > 1
@@ -146,7 +138,7 @@ def test_sampling_settings_are_echoed_and_usage_adds_up(server: str) -> None:
     body = {"model": "default", "input": "Hi", "temperature": 0.3, "top_p": 0.9, "top_k": 40,
             "repetition_penalty": 1.1, "max_output_tokens": 10,
             "reasoning": {"effort": "none"}}  # fmt: skip
-    final = _stream(server, body).final
+    final = stream(server, body).final
     assert (final["temperature"], final["top_p"]) == (0.3, 0.9)
     assert final["reasoning"] == {"effort": "none", "summary": None}
     usage = final["usage"]
@@ -158,6 +150,6 @@ def test_sampling_settings_are_echoed_and_usage_adds_up(server: str) -> None:
 def test_stop_sequence_ends_output(server: str) -> None:
     body = {"model": "default", "input": "Count from 1 to 10, separated by commas.",
             "temperature": 0, "max_output_tokens": 40, "stop": ["5"]}  # fmt: skip
-    final = _stream(server, body).final
+    final = stream(server, body).final
     assert final["status"] == "completed"
     assert "5" not in _text(final) and "4" in _text(final)

@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from oars.validator import same_response, validate_sse
-from tests.model.conftest import RecordingTransport
+from tests.model.conftest import RecordingTransport, stream
 
 pytestmark = pytest.mark.model
 
@@ -21,12 +21,6 @@ SHORT = {"model": "default", "max_output_tokens": 24, "temperature": 0}
 
 def _raw(server: str, body: dict[str, Any]) -> httpx.Response:
     return httpx.post(f"{server}/responses", json=body, timeout=120)
-
-
-def _stream(server: str, body: dict[str, Any]) -> Any:
-    report = validate_sse(_raw(server, {**body, "stream": True}).text)
-    assert report.ok, report.text()
-    return report
 
 
 def _client(server: str, transport: RecordingTransport) -> openai.OpenAI:
@@ -40,7 +34,7 @@ def _recorded(transport: RecordingTransport) -> Any:
     return report
 
 
-def test_sdk_create_stream(server: str) -> None:
+def test_sdk_createstream(server: str) -> None:
     transport = RecordingTransport()
     with _client(server, transport) as client:
         stream = client.responses.create(
@@ -77,14 +71,14 @@ def test_sdk_stream_helper_final_response(server: str) -> None:
 def test_streamed_final_equals_non_streamed(server: str) -> None:
     body = {"model": "default", "input": "Name three fruits.", "temperature": 0.8, "seed": 42,
             "max_output_tokens": 20}  # fmt: skip
-    streamed = _stream(server, body).final
+    streamed = stream(server, body).final
     plain = _raw(server, body).json()
     # A seeded run does not reuse the KV cache (see the engine), so nothing may differ.
     assert same_response(streamed, plain), (streamed["output"], plain["output"])
 
 
 def test_max_output_tokens_gives_incomplete(server: str) -> None:
-    report = _stream(server, {**SHORT, "input": "Write a long story about a ship.",
+    report = stream(server, {**SHORT, "input": "Write a long story about a ship.",
                               "max_output_tokens": 5})  # fmt: skip
     final = report.final
     assert report.events[-1]["type"] == "response.incomplete"
@@ -102,7 +96,7 @@ def test_over_long_prompt_is_400_before_streaming(server: str) -> None:
 def test_multibyte_emoji_survives_token_splits(server: str) -> None:
     body = {**SHORT, "input": "Repeat exactly, nothing else: héllo wörld 👋 你好 🎉",
             "include": ["message.output_text.logprobs"], "top_logprobs": 2}  # fmt: skip
-    report = _stream(server, body)
+    report = stream(server, body)
     text = "".join(e["delta"] for e in report.events if e["type"] == "response.output_text.delta")
     assert "👋" in text and "\ufffd" not in text
     part = report.final["output"][0]["content"][0]
@@ -127,7 +121,7 @@ def test_multi_turn_history(server: str) -> None:
         {"type": "message", "role": "assistant", "content": [
             {"type": "output_text", "text": "Nice to meet you, Ada!"}]},
         {"role": "user", "content": "What is my name? Answer with the name only."}]}  # fmt: skip
-    assert "Ada" in _stream(server, body).final["output"][0]["content"][0]["text"]
+    assert "Ada" in stream(server, body).final["output"][0]["content"][0]["text"]
 
 
 def test_disconnect_stops_generation(server: str) -> None:

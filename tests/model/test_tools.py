@@ -7,11 +7,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-import httpx
 import jsonschema
 import pytest
 
-from oars.validator import validate_sse
+from tests.model.conftest import stream
 
 pytestmark = pytest.mark.model
 
@@ -21,14 +20,6 @@ WEATHER_SCHEMA = {"type": "object", "properties": {"location": {"type": "string"
 WEATHER = {"type": "function", "name": "get_weather", "strict": True,
            "description": "Get the current weather for a city.", "parameters": WEATHER_SCHEMA}  # fmt: skip
 QUESTION = "What's the weather in Paris?"
-
-
-def _stream(server: str, body: dict[str, Any]) -> Any:
-    r = httpx.post(f"{server}/responses", json={**body, "stream": True}, timeout=180)
-    assert r.status_code == 200, r.text
-    report = validate_sse(r.text)
-    assert report.ok, report.text()
-    return report
 
 
 def _the_call(report: Any) -> dict[str, Any]:
@@ -47,7 +38,7 @@ def _the_call(report: Any) -> dict[str, Any]:
 def test_weather_call_has_schema_valid_streamed_arguments(server: str, tool_choice: Any) -> None:
     body = {"model": "default", "input": QUESTION, "tools": [WEATHER],
             "tool_choice": tool_choice, "max_output_tokens": 60, "temperature": 0}  # fmt: skip
-    call = _the_call(_stream(server, body))
+    call = _the_call(stream(server, body))
     assert call["name"] == "get_weather" and call["call_id"].startswith("call_")
     args = json.loads(call["arguments"])
     jsonschema.validate(args, WEATHER_SCHEMA)
@@ -55,7 +46,7 @@ def test_weather_call_has_schema_valid_streamed_arguments(server: str, tool_choi
 
 
 def test_second_turn_with_tool_output_gives_a_message(server: str) -> None:
-    first = _stream(server, {"model": "default", "input": QUESTION, "tools": [WEATHER],
+    first = stream(server, {"model": "default", "input": QUESTION, "tools": [WEATHER],
                              "max_output_tokens": 60, "temperature": 0}).final  # fmt: skip
     call = next(i for i in first["output"] if i["type"] == "function_call")
     history = [
@@ -64,7 +55,7 @@ def test_second_turn_with_tool_output_gives_a_message(server: str) -> None:
         {"type": "function_call_output", "call_id": call["call_id"],
          "output": json.dumps({"temp_c": 18, "condition": "light rain"})},
     ]  # fmt: skip
-    second = _stream(server, {"model": "default", "input": history, "tools": [WEATHER],
+    second = stream(server, {"model": "default", "input": history, "tools": [WEATHER],
                               "max_output_tokens": 40, "temperature": 0}).final  # fmt: skip
     types = [i["type"] for i in second["output"]]
     assert types == ["message"], second["output"]
@@ -74,7 +65,7 @@ def test_second_turn_with_tool_output_gives_a_message(server: str) -> None:
 def test_tool_choice_none_never_calls(server: str) -> None:
     body = {"model": "default", "input": QUESTION, "tools": [WEATHER], "tool_choice": "none",
             "max_output_tokens": 30, "temperature": 0}  # fmt: skip
-    final = _stream(server, body).final
+    final = stream(server, body).final
     assert all(i["type"] == "message" for i in final["output"])
 
 
@@ -82,7 +73,7 @@ def test_tool_choice_none_never_calls(server: str) -> None:
                                   "codex_reasoning_02", "codex_tool_search_02"])  # fmt: skip
 def test_codex_requests_stream_validly(server: str, name: str) -> None:
     body = json.loads((CAPTURES / f"{name}.json").read_text())["body"]
-    report = _stream(server, {**body, "max_output_tokens": 96, "temperature": 0})
+    report = stream(server, {**body, "max_output_tokens": 96, "temperature": 0})
     assert report.events[-1]["type"] in ("response.completed", "response.incomplete")
     for item in report.final["output"]:
         if item["type"] == "function_call" and item["status"] == "completed":
@@ -100,7 +91,7 @@ def test_custom_tool_input_follows_its_lark_grammar(server: str) -> None:
     body = {"model": "default", "input": "Create the file hello.txt containing the line: hi",
             "tools": [patch], "tool_choice": {"type": "custom", "name": "apply_patch"},
             "max_output_tokens": 60, "temperature": 0}  # fmt: skip
-    report = _stream(server, body)
+    report = stream(server, body)
     (call,) = [i for i in report.final["output"] if i["type"] == "custom_tool_call"]
     deltas = [e["delta"] for e in report.events
               if e["type"] == "response.custom_tool_call_input.delta"]  # fmt: skip
