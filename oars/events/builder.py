@@ -256,8 +256,15 @@ class ResponseBuilder:
         item_type, prefix, part_type = _SEGMENT_ITEM[kind]
         if self._is_open(item_type):
             return []
+        item, events = self._add_item(type=item_type, id=new_id(prefix))
+        item.parts.append(_Part(part_type))
+        events.append(self._part_event("response.content_part.added", item, 0))
+        return events
+
+    def _add_item(self, **fields: Any) -> tuple[_Item, list[Event]]:
+        """Close the open item, open a new one at the next output_index, announce it."""
         events = self._close("completed")
-        item = _Item(type=item_type, id=new_id(prefix), output_index=len(self._items))
+        item = _Item(output_index=len(self._items), **fields)
         self._items.append(item)
         self._open = item
         events.append(
@@ -265,9 +272,7 @@ class ResponseBuilder:
                 "response.output_item.added", output_index=item.output_index, item=item.wire()
             )
         )
-        item.parts.append(_Part(part_type))
-        events.append(self._part_event("response.content_part.added", item, 0))
-        return events
+        return item, events
 
     def _part_event(self, type_: str, item: _Item, content_index: int) -> Event:
         return self._emit(
@@ -298,20 +303,15 @@ class ResponseBuilder:
     # ---- tool calls ---------------------------------------------------------------------
 
     def _call_start(self, segment: Segment) -> list[Event]:
-        events = self._close("completed")
         tool = self._tools.get(segment.name)
-        kind = "custom_tool_call" if tool is not None and tool.kind == "custom" else "function_call"
-        prefix = "ctc" if kind == "custom_tool_call" else "fc"
-        item = _Item(type=kind, id=new_id(prefix), output_index=len(self._items),
-                     call_id=new_id("call"), name=segment.name,
-                     namespace=tool.namespace if tool is not None else None,
-                     field=StringField("input") if kind == "custom_tool_call" else None)  # fmt: skip
-        self._items.append(item)
-        self._open = item
-        events.append(
-            self._emit(
-                "response.output_item.added", output_index=item.output_index, item=item.wire()
-            )
+        custom = tool is not None and tool.kind == "custom"
+        _, events = self._add_item(
+            type="custom_tool_call" if custom else "function_call",
+            id=new_id("ctc" if custom else "fc"),
+            call_id=new_id("call"),
+            name=segment.name,
+            namespace=tool.namespace if tool is not None else None,
+            field=StringField("input") if custom else None,
         )
         return events
 
