@@ -93,12 +93,32 @@ def no_terminal(ev: list[Event]) -> list[Event]:
     return ev[:-1]
 
 
+def truncation_as_success(ev: list[Event]) -> list[Event]:
+    """What vLLM and llama.cpp do: the cut reply ends as `response.completed`, items `completed`."""
+    for e in ev:
+        for item in [e.get("item"), *((e.get("response") or {}).get("output") or [])]:
+            if item and item.get("status") == "incomplete":
+                item["status"] = "completed"
+    terminal = ev[-1]
+    if terminal["type"] == "response.incomplete":
+        terminal["type"] = "response.completed"
+        terminal["response"].update(status="completed", incomplete_details=None)
+    return ev
+
+
 def test_correct_server_passes() -> None:
     results = _run(lambda ev: ev)
     failed = {n: r.detail for n, r in results.items() if r.status == "failed"}
     assert not failed
     assert results["previous-response-id"].status == "skipped"
     assert table(list(results.values())).splitlines()[-1] == "10 passed, 0 failed"
+
+
+def test_truncation_reported_as_success_fails_i10() -> None:
+    results = _run(truncation_as_success)
+    truncation = results["truncation"]
+    assert truncation.status == "failed" and truncation.rule == "I10", truncation
+    assert "expected response.incomplete" in truncation.detail
 
 
 @pytest.mark.parametrize(
