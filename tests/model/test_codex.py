@@ -13,17 +13,47 @@ import pytest
 pytestmark = pytest.mark.model
 
 CODEX = Path(__file__).parent.parent.parent / "clients" / "node_modules" / ".bin" / "codex"
+MODEL = "qwen2.5-coder-0.5b-instruct"
+
+# A model catalog entry of our own (`model_catalog_json`): it makes Codex offer `apply_patch` as
+# a freeform custom tool with its Lark grammar, and replaces Codex's 17k-character base prompt,
+# written for much larger models, with a few lines a 0.5B model can follow.
+CATALOG_ENTRY = {
+    "slug": MODEL,
+    "display_name": "Qwen2.5-Coder 0.5B on oars",
+    "apply_patch_tool_type": "freeform",
+    "shell_type": "shell_command",
+    "context_window": 16384,
+    "supported_reasoning_levels": [],
+    "visibility": "list",
+    "supported_in_api": True,
+    "priority": 1,
+    "support_verbosity": False,
+    "truncation_policy": {"mode": "tokens", "limit": 10000},
+    "experimental_supported_tools": [],
+    "base_instructions": (
+        "You are a coding agent working in the user's directory.\n"
+        "To create or change a file, call the apply_patch tool with a patch such as:\n"
+        "*** Begin Patch\n*** Add File: notes.txt\n+first line\n*** End Patch\n"
+        "Every added line starts with '+'. Stop the patch with '*** End Patch' once the "
+        "content is written.\nWhen the tool has run, tell the user in one short sentence "
+        "what you did."
+    ),
+}
 
 
-def _exec(server: str, prompt: str, workdir: Path) -> tuple[int, list[dict[str, Any]], str]:
+def _exec(
+    server: str, prompt: str, workdir: Path, *extra: str
+) -> tuple[int, list[dict[str, Any]], str]:
     assert CODEX.exists(), f"{CODEX} missing: `make test` installs the client matrix"
     provider = (f'{{name="oars", base_url="{server}", env_key="OARS_TEST_KEY", '
                 'wire_api="responses", request_max_retries=0, stream_max_retries=0, '
                 "stream_idle_timeout_ms=600000}")  # fmt: skip
     cmd = [str(CODEX), "exec", "--json", "--skip-git-repo-check", "--ephemeral",
            "--ignore-user-config", "--dangerously-bypass-approvals-and-sandbox",
-           "-c", "model_provider=oars", "-c", 'model="qwen2.5-coder-0.5b-instruct"',
-           "-c", f"model_providers.oars={provider}", "-C", str(workdir), prompt]  # fmt: skip
+           "-c", "model_provider=oars", "-c", f'model="{MODEL}"',
+           "-c", f"model_providers.oars={provider}", "-C", str(workdir), *extra,
+           prompt]  # fmt: skip
     env = {**os.environ, "CODEX_HOME": str(workdir / ".codex"), "OARS_TEST_KEY": "sk-local"}
     (workdir / ".codex").mkdir(exist_ok=True)
     run = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, capture_output=True,
@@ -52,5 +82,24 @@ def test_codex_runs_a_shell_command_and_finishes(agent_server: str, tmp_path: Pa
     assert code == 0, (events, err)
     commands = _items(events, "command_execution")
     assert any("hello-oars" in c["aggregated_output"] and c["exit_code"] == 0 for c in commands)
+    assert events[-1]["type"] == "turn.completed", events
+    assert _items(events, "agent_message"), events
+
+
+def test_codex_edits_a_file_with_freeform_apply_patch(agent_server: str, tmp_path: Path) -> None:
+    catalog = tmp_path / "catalog.json"
+    catalog.write_text(json.dumps({"models": [CATALOG_ENTRY]}))
+    work = tmp_path / "work"
+    work.mkdir()
+    # Only apply_patch to edit with: offered Codex's other tools too, the 0.5B model picks a
+    # wrong one (write_stdin) and the turn never reaches apply_patch.
+    lean = ["--disable", "shell_tool", "--disable", "multi_agent", "--disable", "goals",
+            "-c", 'web_search="disabled"', "-c", f'model_catalog_json="{catalog}"']  # fmt: skip
+    code, events, err = _exec(agent_server, "Create the file hello.txt containing the line: hi",
+                              work, *lean)  # fmt: skip
+    assert code == 0, (events, err)
+    changes = _items(events, "file_change")
+    assert changes and changes[0]["status"] == "completed", events
+    assert (work / "hello.txt").read_text().strip() == "hi"
     assert events[-1]["type"] == "turn.completed", events
     assert _items(events, "agent_message"), events
