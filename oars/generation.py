@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+MIN_TEMPERATURE = 1e-4
+
 
 class FinishReason(enum.Enum):
     STOP = "stop"  # end-of-generation token or a stop sequence
@@ -25,7 +27,9 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0 or self.top_k == 1
+        # Below MIN_TEMPERATURE, logits / temperature overflows float32 (NaN probabilities),
+        # and the choice would be the argmax anyway.
+        return self.temperature < MIN_TEMPERATURE or self.top_k == 1
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from oars.generation import (
     Usage,
 )
 from oars.parsing.holdback import split_holdback
-from oars.parsing.pipeline import tool_format_of
+from oars.parsing.pipeline import markers_of, tool_format_of
 
 log = logging.getLogger("oars.engine")
 
@@ -80,11 +80,16 @@ class LlamaEngine:
             tool_format=tool_format or tool_format_of(source),
         )  # fmt: skip
         self.grammars = Grammars(self._vocab, self.n_vocab)
+        self._markers = self._single_tokens(markers_of(self.info.tool_format, think))
         self.busy = False
         self._opening_bans: dict[tuple[str, ...], np.ndarray] = {}
         self._jobs: queue.Queue[_Job] = queue.Queue()
         self._worker = threading.Thread(target=self._serve, name="oars-engine", daemon=True)
         self._worker.start()
+
+    def _single_tokens(self, texts: frozenset[str]) -> frozenset[int]:
+        ids = (self.llm.tokenize(t.encode(), add_bos=False, special=True) for t in texts)
+        return frozenset(tokens[0] for tokens in ids if len(tokens) == 1)
 
     def _piece(self, token: int) -> str:
         return self.llm.detokenize([token], special=True).decode("utf-8", errors="replace")
@@ -178,8 +183,11 @@ class LlamaEngine:
     def is_end(self, token: int) -> bool:
         return bool(self._llama_cpp.llama_vocab_is_eog(self._vocab, token))
 
-    def is_control(self, token: int) -> bool:
-        return bool(self._llama_cpp.llama_vocab_is_control(self._vocab, token))
+    def visible_bytes(self, token: int) -> bytes:
+        """What a token adds to the output: a control token adds nothing, unless the family's
+        parser reads it (harmony's channel markers, reasoning and call tags)."""
+        control = self._llama_cpp.llama_vocab_is_control(self._vocab, token)
+        return b"" if control and token not in self._markers else self.token_bytes(token)
 
     def token_bytes(self, token: int) -> bytes:
         return bytes(self.llm.detokenize([token], special=True))
@@ -239,6 +247,7 @@ class _Decode:
         self.rng = np.random.default_rng(self.params.seed)
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self.held = ""  # text held back because it may start a stop sequence
+        self.stopped_by_sequence = False
         self.produced = 0
         self.text = ""  # the output so far, for lazy constraints' triggers
         grammar, constraint = job.prepared.grammar, job.prepared.request.constraint
@@ -280,11 +289,8 @@ class _Decode:
         if self.job.cancel.is_set():
             return
         usage = Usage(input_tokens=len(prompt), cached_tokens=cached, output_tokens=self.produced)
-        tail = (
-            self.held + self.decoder.decode(b"", final=True)
-            if reason is FinishReason.LENGTH
-            else ""
-        )
+        # Text held back as a possible stop sequence is output unless a stop sequence matched.
+        tail = "" if self.stopped_by_sequence else self.held + self.decoder.decode(b"", final=True)
         self.job.emit(EngineChunk(tail, 0, finish=reason, usage=usage))
 
     def _grammar_finished(self) -> bool:
@@ -301,7 +307,7 @@ class _Decode:
 
     def _emit_token(self, token: int, lps: np.ndarray | None) -> bool:
         """Decode one token and send its text; True when a stop sequence ended the output."""
-        raw = b"" if self.engine.is_control(token) else self.engine.token_bytes(token)
+        raw = self.engine.visible_bytes(token)
         text = self.decoder.decode(raw)
         self.text += text
         logprobs = self._logprobs(token, raw, text, lps)
@@ -313,6 +319,7 @@ class _Decode:
         cut = min((p for p in (buffer.find(s) for s in stops) if p >= 0), default=-1)
         if cut >= 0:
             self.job.emit(EngineChunk(buffer[:cut], 1, logprobs))
+            self.stopped_by_sequence = True
             return True
         safe, self.held = split_holdback(buffer, stops)
         self.job.emit(EngineChunk(safe, 1, logprobs))

@@ -23,8 +23,8 @@ from oars.parsing.segments import Segment, SegmentKind
 
 START, CHANNEL, MESSAGE, CONSTRAIN = "<|start|>", "<|channel|>", "<|message|>", "<|constrain|>"
 END, RETURN, CALL = "<|end|>", "<|return|>", "<|call|>"
-_TOKENS = (START, CHANNEL, MESSAGE, CONSTRAIN, END, RETURN, CALL)
-_TOKEN = re.compile("|".join(re.escape(t) for t in _TOKENS))
+MARKERS = (START, CHANNEL, MESSAGE, CONSTRAIN, END, RETURN, CALL)
+_TOKEN = re.compile("|".join(re.escape(t) for t in MARKERS))
 _TERMINATORS = (END, RETURN, CALL)
 _HEADER_STARTS = (START, CHANNEL)  # a body that meets one of these ended without a terminator
 _CHANNEL = re.compile(r"<\|channel\|>\s*([^\s<]+)")
@@ -78,7 +78,7 @@ class HarmonyParser:
     def _in_body(self, out: list[Segment]) -> bool:
         match = _TOKEN.search(self._buffer)
         if match is None:
-            safe, self._buffer = split_holdback(self._buffer, _TOKENS)
+            safe, self._buffer = split_holdback(self._buffer, MARKERS)
             self._emit(safe, out)
             return False
         self._emit(self._buffer[: match.start()], out)

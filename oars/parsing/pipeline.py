@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from oars.parsing import harmony, hermes, qwen3_coder
 from oars.parsing.harmony import HarmonyParser
 from oars.parsing.hermes import HermesParser
 from oars.parsing.qwen3_coder import Qwen3CoderParser
@@ -48,6 +49,17 @@ class Chain:
 
 
 TOOL_FORMATS = ("hermes", "qwen3_coder", "harmony")
+_CALL_MARKERS = {
+    "hermes": (hermes.OPEN, hermes.CLOSE),
+    "qwen3_coder": (qwen3_coder.OPEN, qwen3_coder.CLOSE),
+    "harmony": harmony.MARKERS,
+}
+
+
+def markers_of(tool_format: str, think_tags: tuple[str, str] | None) -> frozenset[str]:
+    """The special strings a family's parser reads: an engine must keep them in the output even
+    where the vocabulary marks them as control tokens (gpt-oss GGUFs mark all of harmony's)."""
+    return frozenset(_CALL_MARKERS.get(tool_format, ()) + (think_tags or ()))
 
 
 def tool_format_of(chat_template: str) -> str:

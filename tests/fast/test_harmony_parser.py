@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oars.parsing.harmony import _TOKENS, HarmonyParser
+from oars.parsing.harmony import MARKERS, HarmonyParser
 from oars.parsing.segments import Segment, SegmentKind
 from tests.fast.parser_fixtures import (
     assert_chunking_invariant,
@@ -51,7 +51,7 @@ def test_arguments_are_json_and_tokens_never_leak(path: Path) -> None:
     for arguments in call_arguments(segments):
         assert isinstance(json.loads(arguments), dict)
     for seg in segments:
-        assert not any(token in seg.text or token in seg.name for token in _TOKENS)
+        assert not any(token in seg.text or token in seg.name for token in MARKERS)
 
 
 def test_fixtures_cover_the_required_shapes() -> None:

@@ -153,3 +153,12 @@ def test_stop_sequence_ends_output(server: str) -> None:
     final = stream(server, body).final
     assert final["status"] == "completed"
     assert "5" not in _text(final) and "4" in _text(final)
+
+
+def test_a_stop_sequence_that_never_matches_changes_nothing(server: str) -> None:
+    # The reply ends in ".", which could begin "...": held back, it must still be output.
+    body = {"model": "default", "input": "Say exactly: Good morning.", "temperature": 0,
+            "max_output_tokens": 20}  # fmt: skip
+    plain = _text(stream(server, body).final)
+    assert plain.endswith("."), plain
+    assert _text(stream(server, {**body, "stop": ["..."]}).final) == plain

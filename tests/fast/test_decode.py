@@ -1,0 +1,98 @@
+"""The llama.cpp decode loop on a fake model: a vocabulary and a scripted argmax per step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from oars.engines.base import ModelInfo, Prepared
+from oars.engines.llama import _Decode, _Job
+from oars.generation import (
+    ChatMessage,
+    EngineChunk,
+    EngineRequest,
+    FinishReason,
+    SamplingParams,
+)
+
+EOS = 0
+CONTROL = {5: b"<|channel|>", 6: b"<|im_start|>"}
+VOCAB = {EOS: b"", 1: b"The answer", 2: b" is 4", 3: b".", 4: b"E", **CONTROL}
+
+
+@dataclass
+class FakeLlm:
+    script: list[int]
+    step: int = 0
+
+    def eval(self, tokens: object) -> None:
+        pass
+
+
+@dataclass
+class FakeEngine:
+    """What `_Decode` uses of `LlamaEngine`: each step's logits put the script's token on top."""
+
+    script: list[int]
+    markers: frozenset[int] = frozenset()
+    info: ModelInfo = field(default_factory=lambda: ModelInfo("fake", 4096))
+    grammars: None = None
+
+    def __post_init__(self) -> None:
+        self.llm = FakeLlm(self.script)
+
+    def reuse_prefix(self, tokens: object) -> int:
+        return 0
+
+    def logits(self) -> np.ndarray:
+        logits = np.linspace(0.0, 1.0, len(VOCAB), dtype=np.float32)
+        logits[self.llm.script[self.llm.step]] = 30.0
+        self.llm.step += 1
+        return logits
+
+    def is_end(self, token: int) -> bool:
+        return token == EOS
+
+    def token_bytes(self, token: int) -> bytes:
+        return VOCAB[token]
+
+    def visible_bytes(self, token: int) -> bytes:
+        hidden = token in CONTROL and token not in self.markers
+        return b"" if hidden else VOCAB[token]
+
+
+def _decode(engine: FakeEngine, **sampling: object) -> list[EngineChunk]:
+    chunks: list[EngineChunk] = []
+    params = SamplingParams(**{"temperature": 0.0, **sampling})  # type: ignore[arg-type]
+    request = EngineRequest(messages=(ChatMessage("user", "q"),), sampling=params)
+    _Decode(engine, _Job(Prepared(request, "q", (1,)), chunks.append)).run()  # type: ignore[arg-type]
+    return chunks
+
+
+def _text(chunks: list[EngineChunk]) -> str:
+    return "".join(c.text for c in chunks)
+
+
+def test_text_held_for_a_stop_sequence_is_output_when_generation_ends() -> None:
+    # "." could begin "...", and "E" could begin "END": held back, then the model stops.
+    assert _text(_decode(FakeEngine([1, 2, 3, EOS]), stop=("...",))) == "The answer is 4."
+    assert _text(_decode(FakeEngine([1, 2, 4, EOS]), stop=("END",))) == "The answer is 4E"
+
+
+def test_a_matched_stop_sequence_is_cut_with_what_follows() -> None:
+    chunks = _decode(FakeEngine([1, 2, 3, 1, EOS]), stop=(" is",))
+    assert _text(chunks) == "The answer"
+    assert chunks[-1].finish is FinishReason.STOP
+
+
+def test_control_tokens_are_hidden_unless_the_parser_reads_them() -> None:
+    script = [5, 1, 6, EOS]
+    assert _text(_decode(FakeEngine(script))) == "The answer"
+    shown = _text(_decode(FakeEngine(script, markers=frozenset({5}))))
+    assert shown == "<|channel|>The answer"
+
+
+def test_a_vanishing_temperature_is_greedy_not_nan() -> None:
+    chunks = _decode(FakeEngine([1, 2, EOS]), temperature=1e-40)
+    assert _text(chunks) == "The answer is 4"
