@@ -64,6 +64,7 @@ SNAPSHOT_FIELDS = [
     "prompt_cache_key",
 ]
 
+_CALL_VALUE = {"function_call": "arguments", "custom_tool_call": "input"}  # item type → streamed
 # event type → (accumulated field of the open part or item, field holding the full value at done)
 _DELTAS = {
     "response.output_text.delta": "part",
@@ -278,6 +279,10 @@ class _Checker:
             got = [c.get("text", c.get("refusal")) for c in content]
             if texts != got:
                 self.fail(i, "I7", "item content differs from the streamed deltas", event)
+        streamed = _CALL_VALUE.get(item.get("type", ""))
+        if streamed is not None and item.get(streamed) != self.open["acc"]:
+            # Codex runs the call in output_item.done: it must be what was streamed.
+            self.fail(i, "I7", f"item {streamed} differ from the streamed deltas", event)
         self.done.append(item)
         self.open = None
 

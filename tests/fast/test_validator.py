@@ -132,3 +132,26 @@ def test_error_must_be_followed_by_failed() -> None:
     ev.insert(-1, {"type": "error", "code": "x", "message": "m", "param": None,
                    "sequence_number": 0})  # fmt: skip
     assert "I2" in {v.rule for v in validate_events(_renumber(ev)).violations}
+
+
+def test_a_call_changed_in_output_item_done_breaks_i7() -> None:
+    """Codex runs what output_item.done says: it must be what the deltas streamed."""
+    weather = {
+        "type": "function",
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    }
+    call = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
+    body = normalize({"input": "x", "tools": [weather]}, served_model="m")
+    run = ResponsesService(ScriptedEngine([call])).start(body)
+
+    async def collect() -> list[Event]:
+        return [e async for e in run.events()]
+
+    events = asyncio.run(collect())
+    assert validate_events(copy.deepcopy(events)).ok
+    done = next(e for e in events if e["type"] == "response.output_item.done")
+    for item in (done["item"], events[-1]["response"]["output"][0]):
+        item["arguments"] = item["arguments"].replace("Paris", "Rome")
+    report = validate_events(events)
+    assert "I7" in {v.rule for v in report.violations}, report.text()
