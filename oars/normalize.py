@@ -14,7 +14,7 @@ from typing import Any
 
 from oars.errors import InvalidRequest, NotFound
 from oars.generation import ChatMessage, Constraint, EngineRequest, GrammarKind, SamplingParams
-from oars.tools import ToolSet, parse_tools, resolve, tool_constraint
+from oars.tools import ToolSet, echo_tools, parse_tools, resolve, tool_constraint
 
 INCLUDABLE = frozenset(
     {
@@ -180,6 +180,9 @@ def _items(raw: Any) -> list[ChatMessage]:
         if not isinstance(item, dict):
             raise _fail(f"Invalid '{param}': expected an object.", param, "invalid_type")
         kind = item.get("type", "message")
+        if not isinstance(kind, str):
+            raise _fail(f"Invalid '{param}.type': expected a string.", f"{param}.type",
+                        "invalid_type")  # fmt: skip
         handler = _ITEM_HANDLERS.get(kind)
         if handler is not None:
             messages.append(handler(item, param))
@@ -302,7 +305,7 @@ def _reasoning_switches(reasoning: Mapping[str, Any]) -> dict[str, Any]:
 def _include(body: Mapping[str, Any]) -> list[str]:
     include = _get(body, "include", (list,), "include") or []
     for i, value in enumerate(include):
-        if value not in INCLUDABLE:
+        if not isinstance(value, str) or value not in INCLUDABLE:
             raise _fail(f"Invalid 'include[{i}]': unknown value {value!r}.", f"include[{i}]")
     return list(include)
 
@@ -334,7 +337,7 @@ def _sampling(body: Mapping[str, Any], default_temperature: float) -> SamplingPa
     if top_p == 0.0:
         raise _fail("Invalid 'top_p': must be greater than 0.", "top_p")
     penalty = _number(body, "repetition_penalty", 0.01, 10.0)
-    seed = _get(body, "seed", (int,), "seed")
+    seed = _integer(body, "seed", 0)
     return SamplingParams(
         temperature=default_temperature if temperature is None else temperature,
         top_p=1.0 if top_p is None else top_p,
@@ -358,11 +361,19 @@ def _unsupported(body: Mapping[str, Any]) -> None:
                        param="conversation")  # fmt: skip
 
 
-def _opening_ban(raw_input: Any, toolset: ToolSet) -> tuple[str, ...]:
-    """Right after tool output, in `auto` mode, the reply may not be a bare JSON call."""
+def _opening_ban(raw_input: Any, toolset: ToolSet, constraint: Constraint | None
+                 ) -> tuple[str, ...]:  # fmt: skip
+    """Right after tool output, in `auto` mode, the reply may not open with a bare JSON call.
+
+    Small models otherwise repeat the call instead of answering. A call in the family's own
+    tags (`<tool_call>`) stays possible, and so does output that `text.format` constrains.
+    """
     last = raw_input[-1] if isinstance(raw_input, list) and raw_input else None
     after_output = isinstance(last, dict) and str(last.get("type", "")).endswith("call_output")
-    return ("{", "`", "(", "[", "<", '"') if after_output and toolset.mode == "auto" else ()
+    lazy_calls_only = constraint is None or bool(constraint.triggers)
+    if after_output and toolset.mode == "auto" and lazy_calls_only:
+        return ("{", "`", "(", "[", '"')
+    return ()
 
 
 def _one_constraint(calls: Constraint | None, text: Constraint | None) -> Constraint | None:
@@ -372,6 +383,26 @@ def _one_constraint(calls: Constraint | None, text: Constraint | None) -> Constr
             raise _fail("A forced tool call cannot also follow 'text.format'.", "tool_choice")
         return calls
     return text or calls
+
+
+def _check_stop(stop: tuple[str, ...], constraint: Constraint | None) -> None:
+    """A stop sequence could cut a JSON output or a forced call short: not both at once."""
+    if stop and constraint is not None and not constraint.triggers:
+        raise _fail("'stop' cannot be combined with a JSON 'text.format' or a forced tool call: "
+                    "a stop sequence could cut the output before it is valid.", "stop")  # fmt: skip
+
+
+_TRUNCATIONS = ("auto", "disabled")
+_SERVICE_TIERS = ("auto", "default", "flex", "scale", "priority")
+
+
+def _choice(body: Mapping[str, Any], key: str, allowed: tuple[str, ...], default: str) -> str:
+    value = body.get(key)
+    if value is None:
+        return default
+    if value not in allowed:
+        raise _fail(f"Invalid '{key}': expected one of {', '.join(allowed)}.", key)
+    return str(value)
 
 
 def normalize(body: Any, *, served_model: str, default_temperature: float = 1.0) -> ResponseRequest:
@@ -394,6 +425,7 @@ def normalize(body: Any, *, served_model: str, default_temperature: float = 1.0)
     sampling = _sampling(body, default_temperature)
     text_echo, constraint = _text_format(body)
     constraint = _one_constraint(tool_constraint(toolset, parallel=parallel), constraint)
+    _check_stop(sampling.stop, constraint)
     reasoning = _reasoning(body)
     include = _include(body)
     top_logprobs = _integer(body, "top_logprobs", 0, 20)
@@ -405,7 +437,7 @@ def normalize(body: Any, *, served_model: str, default_temperature: float = 1.0)
         top_logprobs=(top_logprobs or 0) if include_logprobs else None,
         template_kwargs=_reasoning_switches(reasoning),
         constraint=constraint,
-        opening_ban=_opening_ban(body["input"], toolset),
+        opening_ban=_opening_ban(body["input"], toolset, constraint),
     )
     echo = {
         "background": False,
@@ -420,15 +452,15 @@ def normalize(body: Any, *, served_model: str, default_temperature: float = 1.0)
         "prompt_cache_key": _get(body, "prompt_cache_key", (str,), "prompt_cache_key"),
         "reasoning": reasoning,
         "safety_identifier": _get(body, "safety_identifier", (str,), "safety_identifier"),
-        "service_tier": _get(body, "service_tier", (str,), "service_tier") or "default",
+        "service_tier": _choice(body, "service_tier", _SERVICE_TIERS, "default"),
         "store": False,  # nothing is stored yet: say so, whatever was asked
         "temperature": sampling.temperature,
         "text": text_echo,
         "tool_choice": tool_choice,
-        "tools": wire_tools,
+        "tools": echo_tools(wire_tools),
         "top_logprobs": top_logprobs or 0,
         "top_p": sampling.top_p,
-        "truncation": body.get("truncation") or "disabled",
+        "truncation": _choice(body, "truncation", _TRUNCATIONS, "disabled"),
         "user": _get(body, "user", (str,), "user"),
     }
     stream = _get(body, "stream", (bool,), "stream") or False

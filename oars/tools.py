@@ -68,7 +68,15 @@ def _tool(raw: Mapping[str, Any], param: str, namespace: str | None) -> Tool | N
     if not isinstance(name, str) or not name:
         raise InvalidRequest(f"Missing '{param}.name'.", param=f"{param}.name",
                              code="missing_required_parameter")  # fmt: skip
-    description = raw.get("description") or ""
+    description = raw.get("description")
+    if description is not None and not isinstance(description, str):
+        raise InvalidRequest(f"Invalid '{param}.description': expected a string.",
+                             param=f"{param}.description")  # fmt: skip
+    strict = raw.get("strict")
+    if strict is not None and not isinstance(strict, bool):
+        raise InvalidRequest(f"Invalid '{param}.strict': expected a boolean.",
+                             param=f"{param}.strict")  # fmt: skip
+    description = description or ""
     if kind == "custom":
         return Tool(name, "custom", description, CUSTOM_SCHEMA, namespace, _custom_grammar(raw))
     params = raw.get("parameters")
@@ -90,17 +98,31 @@ def _custom_grammar(raw: Mapping[str, Any]) -> str | None:
     return definition if fmt.get("syntax") == "lark" else None
 
 
+def _typed(raw: Any, param: str) -> Mapping[str, Any]:
+    if not isinstance(raw, dict) or not isinstance(raw.get("type"), str):
+        raise InvalidRequest(f"Invalid '{param}': expected an object with a 'type'.",
+                             param=param)  # fmt: skip
+    return raw
+
+
+def _namespace_members(raw: Mapping[str, Any], param: str) -> list[Mapping[str, Any]]:
+    inner = raw.get("tools")
+    if inner is None:
+        return []
+    if not isinstance(inner, list):
+        raise InvalidRequest(f"Invalid '{param}.tools': expected an array of tools.",
+                             param=f"{param}.tools")  # fmt: skip
+    return [_typed(sub, f"{param}.tools[{j}]") for j, sub in enumerate(inner)]
+
+
 def parse_tools(tools: Sequence[Any]) -> list[Tool]:
     out: list[Tool] = []
     for i, raw in enumerate(tools):
         param = f"tools[{i}]"
-        if not isinstance(raw, dict) or not isinstance(raw.get("type"), str):
-            raise InvalidRequest(f"Invalid '{param}': expected an object with a 'type'.",
-                                 param=param)  # fmt: skip
-        if raw["type"] == "namespace":
-            inner = raw.get("tools") or []
-            for j, sub in enumerate(inner if isinstance(inner, list) else []):
-                tool = _tool(sub, f"{param}.tools[{j}]", str(raw.get("name") or ""))
+        if _typed(raw, param)["type"] == "namespace":
+            namespace = str(raw.get("name") or "")
+            for j, sub in enumerate(_namespace_members(raw, param)):
+                tool = _tool(sub, f"{param}.tools[{j}]", namespace)
                 if tool is not None:
                     out.append(tool)
         else:
@@ -108,6 +130,24 @@ def parse_tools(tools: Sequence[Any]) -> list[Tool]:
             if tool is not None:
                 out.append(tool)
     return out
+
+
+def echo_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The tools as a response shows them: every field of the tool's type, defaults filled in."""
+    return [_echo(t) for t in tools]
+
+
+def _echo(raw: Mapping[str, Any]) -> dict[str, Any]:
+    kind = raw.get("type")
+    if kind == "function":
+        return {**raw, "description": raw.get("description"),
+                "parameters": raw.get("parameters"), "strict": raw.get("strict", True)}  # fmt: skip
+    if kind == "custom":
+        return {**raw, "description": raw.get("description"),
+                "format": raw.get("format") or {"type": "text"}}  # fmt: skip
+    if kind == "namespace" and isinstance(raw.get("tools"), list):
+        return {**raw, "tools": echo_tools(raw["tools"])}
+    return dict(raw)
 
 
 def _named(tools: list[Tool], name: Any, param: str) -> Tool:
@@ -121,6 +161,9 @@ def _named(tools: list[Tool], name: Any, param: str) -> Tool:
 def resolve(tools: list[Tool], choice: Any) -> ToolSet:
     """Apply `tool_choice` to the tools; 400 for a choice that names what cannot run here."""
     offered = tuple(tools)
+    if choice == "required" and not offered:
+        raise InvalidRequest("tool_choice 'required' needs at least one function or custom "
+                             "tool in 'tools'.", param="tool_choice")  # fmt: skip
     if choice is None or choice in ("auto", "none", "required"):
         return ToolSet(offered, offered, choice or "auto")
     if not isinstance(choice, dict):
@@ -130,9 +173,13 @@ def resolve(tools: list[Tool], choice: Any) -> ToolSet:
         return ToolSet(offered, (_named(tools, choice.get("name"), "tool_choice.name"),),
                        "required")  # fmt: skip
     if kind == "allowed_tools":
+        names = choice.get("tools") or []
+        if not isinstance(names, list):
+            raise InvalidRequest("Invalid 'tool_choice.tools': expected an array of tools.",
+                                 param="tool_choice.tools")  # fmt: skip
         allowed = [
             _named(tools, t.get("name") if isinstance(t, dict) else None, f"tool_choice.tools[{i}]")
-            for i, t in enumerate(choice.get("tools") or [])
+            for i, t in enumerate(names)
         ]
         mode = choice.get("mode", "auto")
         if mode not in ("auto", "required"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import secrets
@@ -19,7 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from oars.errors import ClientError, EngineError, InvalidRequest
 from oars.http.sse import encode_stream
 from oars.normalize import normalize
-from oars.service import ResponsesService
+from oars.service import ResponsesService, Run
 
 log = logging.getLogger("oars.http")
 
@@ -36,10 +37,34 @@ async def _read_json(request: Request) -> Any:
     raw = await request.body()
     try:
         return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise InvalidRequest(
             f"The request body is not valid JSON: {exc}", param=None, code="invalid_json"
         ) from exc
+
+
+async def _finish_unless_disconnected(run: Run, request: Request) -> bool:
+    """Run a non-streamed generation to its end, or stop it when the client goes away."""
+
+    async def drain() -> None:
+        async for _ in run.events():
+            pass
+
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    generation, watch = asyncio.create_task(drain()), asyncio.create_task(disconnected())
+    await asyncio.wait((generation, watch), return_when=asyncio.FIRST_COMPLETED)
+    watch.cancel()
+    if generation.done():
+        generation.result()  # re-raise what broke it
+        return True
+    generation.cancel()  # closes the engine's stream, which stops the generation
+    with contextlib.suppress(asyncio.CancelledError):
+        await generation
+    log.info("client disconnected; generation stopped")
+    return False
 
 
 def create_app(service: ResponsesService) -> Starlette:
@@ -54,8 +79,8 @@ def create_app(service: ResponsesService) -> Starlette:
             return StreamingResponse(
                 encode_stream(run.events()), media_type="text/event-stream", headers=_SSE_HEADERS
             )
-        async for _ in run.events():
-            pass
+        if not await _finish_unless_disconnected(run, request):
+            return Response(status_code=499)  # nobody is listening; the engine has stopped
         response = run.builder.response
         if response["status"] == "failed":
             return _error(500, response["error"]["message"], "server_error", "server_error")

@@ -98,7 +98,31 @@ def test_non_stream_equals_streamed_final() -> None:
         ({"model": "m", "input": "x", "repetition_penalty": 0}, "repetition_penalty"),
         ({"model": "m", "input": "x", "stop": ["a", "b", "c", "d", "e"]}, "stop"),
         ({"model": "m", "input": "x", "seed": 1.5}, "seed"),
+        ({"model": "m", "input": "x", "seed": -1}, "seed"),
         ([1, 2], "body"),
+        ({"model": "m", "input": "x", "include": [["x"]]}, "include[0]"),
+        ({"model": "m", "input": "x", "include": [{}]}, "include[0]"),
+        ({"model": "m", "input": [{"type": ["message"], "role": "user", "content": "x"}]},
+         "input[0].type"),
+        ({"model": "m", "input": [{"type": {}, "role": "user", "content": "x"}]},
+         "input[0].type"),
+        ({"model": "m", "input": "x", "tools": [{"type": "namespace", "name": "ns",
+          "tools": ["x"]}]}, "tools[0].tools[0]"),
+        ({"model": "m", "input": "x", "tools": [{"type": "namespace", "name": "ns",
+          "tools": [None]}]}, "tools[0].tools[0]"),
+        ({"model": "m", "input": "x", "tools": [{"type": "namespace", "name": "ns",
+          "tools": 5}]}, "tools[0].tools"),
+        ({"model": "m", "input": "x", "tools": [{"type": "function", "name": "f",
+          "description": 5}]}, "tools[0].description"),
+        ({"model": "m", "input": "x", "tools": [{"type": "function", "name": "f",
+          "strict": "yes"}]}, "tools[0].strict"),
+        ({"model": "m", "input": "x", "truncation": 5}, "truncation"),
+        ({"model": "m", "input": "x", "truncation": "bogus"}, "truncation"),
+        ({"model": "m", "input": "x", "service_tier": "bogus"}, "service_tier"),
+        ({"model": "m", "input": "x", "tool_choice": "required"}, "tool_choice"),
+        ({"model": "m", "input": "x", "tool_choice": "sometimes"}, "tool_choice"),
+        ({"model": "m", "input": "x", "stop": "}", "text": {"format": {"type": "json_object"}}},
+         "stop"),
     ],
 )  # fmt: skip
 def test_bad_input_is_400_naming_the_param(body: Any, param: str) -> None:
@@ -193,6 +217,21 @@ def test_models_and_health() -> None:
     assert _get("/health").json()["status"] == "ok"
 
 
+def test_deeply_nested_json_is_400() -> None:
+    r = _post(None, raw=b"[" * 100_000)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["code"] == "invalid_json"
+
+
+def test_tools_are_echoed_in_their_full_shape() -> None:
+    tools = [WEATHER, {"type": "custom", "name": "note"}, {"type": "web_search"}]
+    echoed = _post({"model": "m", "input": "x", "tools": tools}).json()["tools"]
+    assert echoed[0] == {**WEATHER, "description": None, "strict": True}
+    assert echoed[1] == {"type": "custom", "name": "note", "description": None,
+                         "format": {"type": "text"}}  # fmt: skip
+    assert echoed[2] == {"type": "web_search"}
+
+
 def test_unknown_route_is_openai_style_404() -> None:
     r = _get("/v1/nothing")
     assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
@@ -213,6 +252,7 @@ WEATHER = {
         ({"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "x"}]},
          "tool_choice.tools[0]"),
         ({"type": "allowed_tools", "mode": "maybe", "tools": []}, "tool_choice.mode"),
+        ({"type": "allowed_tools", "tools": 5}, "tool_choice.tools"),
     ],
 )  # fmt: skip
 def test_bad_tool_choice_is_400(tool_choice: Any, param: str) -> None:
@@ -224,12 +264,13 @@ def test_bad_tool_choice_is_400(tool_choice: Any, param: str) -> None:
 
 def test_hosted_tools_are_accepted_and_not_offered() -> None:
     engine = ScriptedEngine()
-    tools = [{"type": "web_search"}, {"type": "mcp", "server_label": "x"}, WEATHER,
-             {"type": "tool_search", "execution": "client"}]  # fmt: skip
+    tools: list[dict[str, Any]] = [{"type": "web_search"}, {"type": "mcp", "server_label": "x"},
+                                   WEATHER, {"type": "tool_search", "execution": "client"}]  # fmt: skip
     r = _post({"model": "m", "input": "x", "tools": tools}, engine)
     assert r.status_code == 200
     assert [t["function"]["name"] for t in engine.requests[-1].tools] == ["get_weather"]
-    assert r.json()["tools"] == tools
+    assert [t["type"] for t in r.json()["tools"]] == [t["type"] for t in tools]
+    assert r.json()["tools"][:2] == tools[:2]
 
 
 def test_tool_choice_none_offers_nothing_and_parses_no_call() -> None:
@@ -256,8 +297,13 @@ def test_after_tool_output_a_bare_call_cannot_open_the_reply() -> None:
              {"type": "function_call", "call_id": "c", "name": "get_weather", "arguments": "{}"},
              {"type": "function_call_output", "call_id": "c", "output": "sunny"}]  # fmt: skip
     _post({"model": "m", "input": items, "tools": [WEATHER]}, engine)
-    assert "{" in engine.requests[-1].opening_ban
+    ban = engine.requests[-1].opening_ban
+    assert "{" in ban and not any("<tool_call>".startswith(p) for p in ban), ban
     _post({"model": "m", "input": items[:1], "tools": [WEATHER]}, engine)
+    assert engine.requests[-1].opening_ban == ()
+    # A structured final answer after the tool result must be able to open with its `{`.
+    json_answer = {"format": {"type": "json_object"}}
+    _post({"model": "m", "input": items, "tools": [WEATHER], "text": json_answer}, engine)
     assert engine.requests[-1].opening_ban == ()
 
 
@@ -287,3 +333,35 @@ def test_custom_tool_grammar_constrains_the_input() -> None:
     _post({"model": "m", "input": "x", "tools": [freeform], "tool_choice": "required"}, engine)
     constraint = engine.requests[-1].constraint
     assert constraint is not None and '"input": {"type": "string"}' in constraint.source
+
+
+class _CountingEngine(ScriptedEngine):
+    produced = 0
+
+    async def generate(self, prepared: Any) -> Any:
+        async for chunk in super().generate(prepared):
+            self.produced += chunk.num_tokens
+            yield chunk
+
+
+@pytest.mark.parametrize("streamed", [True, False])
+def test_a_client_that_goes_away_stops_its_generation(streamed: bool) -> None:
+    engine = _CountingEngine(["tok "] * 200, delay=0.005)
+    app = create_app(ResponsesService(engine))
+    body = json.dumps({"input": "hi", "stream": streamed}).encode()
+    messages = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive() -> dict[str, Any]:
+        if messages:
+            return messages.pop()
+        await asyncio.sleep(0.05)  # the client hangs up while the model is still writing
+        return {"type": "http.disconnect"}
+
+    async def send(message: Any) -> None:
+        pass
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/responses", "query_string": b"",
+             "headers": [(b"content-type", b"application/json")], "http_version": "1.1",
+             "scheme": "http", "server": ("t", 80), "client": ("c", 1), "root_path": ""}  # fmt: skip
+    asyncio.run(asyncio.wait_for(app(scope, receive, send), 5))
+    assert 0 < engine.produced < 100, engine.produced

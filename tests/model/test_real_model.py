@@ -124,21 +124,33 @@ def test_multi_turn_history(server: str) -> None:
     assert "Ada" in stream(server, body).final["output"][0]["content"][0]["text"]
 
 
+LONG_COUNT = {"model": "default", "input": "Count from 1 to 10000, one number per line.",
+              "max_output_tokens": 3000, "temperature": 0}  # fmt: skip
+
+
+def _engine_frees_itself(server: str) -> None:
+    # 3000 tokens would take minutes at ~30 tok/s; a stopped generation frees the engine at once.
+    deadline = time.monotonic() + 30
+    while httpx.get(f"{server.removesuffix('/v1')}/health").json()["busy"]:
+        assert time.monotonic() < deadline, "generation kept running after the client left"
+        time.sleep(0.2)
+
+
 def test_disconnect_stops_generation(server: str) -> None:
-    base = server.removesuffix("/v1")
-    body = {"model": "default", "input": "Count from 1 to 10000, one number per line.",
-            "max_output_tokens": 3000, "stream": True, "temperature": 0}  # fmt: skip
+    body = {**LONG_COUNT, "stream": True}
     with httpx.stream("POST", f"{server}/responses", json=body, timeout=60) as r:
         deltas = 0
         for line in r.iter_lines():
             deltas += line.startswith("event: response.output_text.delta")
             if deltas >= 3:
                 break
-    # 3000 tokens would take minutes at ~30 tok/s; a stopped generation frees the engine at once.
-    deadline = time.monotonic() + 30
-    while httpx.get(f"{base}/health").json()["busy"]:
-        assert time.monotonic() < deadline, "generation kept running after the client left"
-        time.sleep(0.2)
+    _engine_frees_itself(server)
+
+
+def test_disconnect_stops_a_non_streamed_generation(server: str) -> None:
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{server}/responses", json=LONG_COUNT, timeout=3)
+    _engine_frees_itself(server)
 
 
 def test_concurrent_requests_are_queued_fairly(server: str) -> None:

@@ -100,3 +100,21 @@ def test_custom_tool_input_follows_its_lark_grammar(server: str) -> None:
     assert lines[0] == "*** Begin Patch" and lines[1].startswith("*** ")
     complete_lines = lines[:-1] if call["status"] == "incomplete" else lines
     assert all(PATCH_LINE.match(line) for line in complete_lines if line), lines
+
+
+def test_structured_answer_right_after_a_tool_result(server: str) -> None:
+    """An agent loop's last turn: the tool has answered, the reply must follow text.format."""
+    schema = {"type": "object", "properties": {"summary": {"type": "string", "maxLength": 80}},
+              "required": ["summary"], "additionalProperties": False}  # fmt: skip
+    history = [{"role": "user", "content": QUESTION},
+               {"type": "function_call", "call_id": "call_1", "name": "get_weather",
+                "arguments": '{"location": "Paris"}'},
+               {"type": "function_call_output", "call_id": "call_1",
+                "output": json.dumps({"temp_c": 18, "condition": "light rain"})}]  # fmt: skip
+    fmt = {"type": "json_schema", "name": "weather", "schema": schema, "strict": True}
+    final = stream(server, {"model": "default", "input": history, "tools": [WEATHER],
+                            "text": {"format": fmt}, "max_output_tokens": 60,
+                            "temperature": 0}).final  # fmt: skip
+    assert final["status"] == "completed", final["output"]
+    message = next(i for i in final["output"] if i["type"] == "message")
+    jsonschema.validate(json.loads(message["content"][0]["text"]), schema)
