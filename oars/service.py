@@ -68,6 +68,7 @@ class Run:
         self._degraded = 0
         self._carry = _Carry()
         self._reasoning_tokens = 0
+        self._last_kind: SegmentKind | None = None  # of the last segment sent to the builder
 
     async def events(self) -> AsyncIterator[Event]:
         for event in self.builder.start():
@@ -106,6 +107,11 @@ class Run:
 
     def _apply(self, chunk: EngineChunk) -> list[Event]:
         segments = self._parse(chunk)
+        if segments and self._last_kind not in (None, segments[0].kind):
+            # Tokens the parser swallowed since the last segment (a closing tag, separators)
+            # ended that segment: they count with it, and are in no later text's logprobs.
+            self._settle(self._carry, self._last_kind)
+            self._carry = _Carry()
         self._carry.logprobs.extend(chunk.logprobs)
         self._carry.num_tokens += chunk.num_tokens
         if not segments:
@@ -113,14 +119,18 @@ class Run:
         # A chunk's tokens belong to the last segment its text completed.
         carry, self._carry = self._carry, _Carry()
         last = segments[-1]
-        if last.kind is SegmentKind.REASONING:
-            self._reasoning_tokens += carry.num_tokens
+        self._settle(carry, last.kind)
+        self._last_kind = last.kind
         events: list[Event] = []
         for segment in segments[:-1]:
             events += self.builder.add(segment)
         lps = tuple(carry.logprobs) if last.kind is SegmentKind.TEXT else ()
         events += self.builder.add(last, lps)
         return events
+
+    def _settle(self, carry: _Carry, kind: SegmentKind | None) -> None:
+        if kind is SegmentKind.REASONING:
+            self._reasoning_tokens += carry.num_tokens
 
     def _parse(self, chunk: EngineChunk) -> list[Segment]:
         segments = self.parser.feed(chunk.text)

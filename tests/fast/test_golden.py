@@ -115,3 +115,16 @@ def test_golden(name: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(got, indent=1, ensure_ascii=False) + "\n")
     assert got == json.loads(path.read_text())
+
+
+def test_logprobs_of_a_delta_spell_its_text_after_reasoning() -> None:
+    """`</think>` and the separators after it are the reasoning's tokens, not the answer's."""
+    engine = ScriptedEngine(["<think>", "plan", "</think>", "\n\n", "Hi", "!"], info=THINKER,
+                            logprobs=True)  # fmt: skip
+    events = _events(engine, {"include": ["message.output_text.logprobs"]})
+    deltas = [e for e in events if e["type"] == "response.output_text.delta"]
+    assert deltas and all("".join(lp["token"] for lp in d["logprobs"]) == d["delta"]
+                          for d in deltas), deltas  # fmt: skip
+    usage = events[-1]["response"]["usage"]
+    assert usage["output_tokens_details"]["reasoning_tokens"] == 4  # up to the answer's "Hi"
+    assert usage["output_tokens"] == 6
