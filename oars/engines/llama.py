@@ -311,9 +311,11 @@ class _Decode:
         text = self.decoder.decode(raw)
         self.text += text
         logprobs = self._logprobs(token, raw, text, lps)
-        stops = self.params.stop
+        # Stop sequences end free text; inside a constrained call they would only break it.
+        stops = self.params.stop if self.mask is None else ()
         if not stops:
-            self.job.emit(EngineChunk(text, 1, logprobs))
+            self.job.emit(EngineChunk(self.held + text, 1, logprobs))
+            self.held = ""
             return False
         buffer = self.held + text
         cut = min((p for p in (buffer.find(s) for s in stops) if p >= 0), default=-1)

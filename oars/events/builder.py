@@ -225,10 +225,22 @@ class ResponseBuilder:
         return events
 
     def finish(self, reason: FinishReason, usage: Usage) -> list[Event]:
-        """Close the open item and end the stream with `completed` or `incomplete`."""
+        """Close the open item and end the stream with `completed` or `incomplete`.
+
+        A call still open when the model stopped by itself has arguments that end mid-way:
+        never `completed` (a client would run it), but `failed`, which clients may retry.
+        """
+        self._usage = usage
+        call = (
+            self._open
+            if self._is_open("function_call") or self._is_open("custom_tool_call")
+            else None
+        )
+        if call is not None and reason is FinishReason.STOP:
+            return self.fail(f"The model stopped inside its call to '{call.name}': the call's "
+                             "arguments are incomplete.")  # fmt: skip
         incomplete = reason is FinishReason.LENGTH
         events = self._close("incomplete" if incomplete else "completed")
-        self._usage = usage
         self._completed_at = int(time.time())
         if incomplete:
             self.status, self._incomplete_reason = "incomplete", "max_output_tokens"

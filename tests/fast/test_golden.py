@@ -88,6 +88,9 @@ CASES: dict[str, tuple[ScriptedEngine, dict[str, Any]]] = {
                         '{"name": "get_weather", "arguments": {"location": "Oslo"}}',
                         "\n</tool_call>"], info=THINKER),
         {"tools": [WEATHER]}),
+    "call_cut_by_end_of_generation": (
+        ScriptedEngine(['<tool_call>\n{"name": "get_weather", ', '"arguments": {"location": "Pa']),
+        {"tools": [WEATHER]}),
     "unknown_tool_name_stays_text": (
         ScriptedEngine(['{"name": "add", "arguments": {"a": 1}}']), {"tools": [WEATHER]}),
 }  # fmt: skip

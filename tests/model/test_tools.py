@@ -118,3 +118,11 @@ def test_structured_answer_right_after_a_tool_result(server: str) -> None:
     assert final["status"] == "completed", final["output"]
     message = next(i for i in final["output"] if i["type"] == "message")
     jsonschema.validate(json.loads(message["content"][0]["text"]), schema)
+
+
+def test_stop_sequences_do_not_cut_a_call(server: str) -> None:
+    """`stop` ends free text; the call object (`{"name": …, "arguments": …}`) holds commas."""
+    body = {"model": "default", "input": QUESTION, "tools": [WEATHER], "stop": [","],
+            "max_output_tokens": 60, "temperature": 0}  # fmt: skip
+    call = _the_call(stream(server, body))
+    assert json.loads(call["arguments"])["location"].lower().startswith("paris")
