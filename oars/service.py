@@ -49,6 +49,22 @@ class _Carry:
     num_tokens: int = 0
 
 
+@dataclass
+class _HeldText:
+    """Answer text whose tokens are not all out yet: a parser holds part of one token back
+    (a `<` that may open a tag), so a delta with logprobs waits until text and tokens agree."""
+
+    text: str = ""
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+
+    def add(self, text: str, logprobs: tuple[TokenLogprob, ...]) -> bool:
+        """True when the text so far is what its tokens spell (or never will be)."""
+        self.text += text
+        self.logprobs.extend(logprobs)
+        spelled = "".join(lp.token for lp in self.logprobs)
+        return spelled == self.text or not spelled.startswith(self.text)
+
+
 class Run:
     """One generation in flight."""
 
@@ -69,6 +85,8 @@ class Run:
         self._carry = _Carry()
         self._reasoning_tokens = 0
         self._last_kind: SegmentKind | None = None  # of the last segment sent to the builder
+        self._with_logprobs = request.include_logprobs
+        self._held = _HeldText()
 
     async def events(self) -> AsyncIterator[Event]:
         for event in self.builder.start():
@@ -95,7 +113,7 @@ class Run:
                 yield event
             return
         usage = replace(finish.usage or Usage(), reasoning_tokens=self._reasoning_tokens)
-        for event in self.builder.finish(finish.finish, usage):
+        for event in self._release() + self.builder.finish(finish.finish, usage):
             yield event
         response = self.builder.response
         log.info(
@@ -123,10 +141,22 @@ class Run:
         self._last_kind = last.kind
         events: list[Event] = []
         for segment in segments[:-1]:
-            events += self.builder.add(segment)
+            events += self._add(segment)
         lps = tuple(carry.logprobs) if last.kind is SegmentKind.TEXT else ()
-        events += self.builder.add(last, lps)
-        return events
+        return events + self._add(last, lps)
+
+    def _add(self, segment: Segment, logprobs: tuple[TokenLogprob, ...] = ()) -> list[Event]:
+        if segment.kind is not SegmentKind.TEXT or not self._with_logprobs:
+            return self._release() + self.builder.add(segment, logprobs)
+        if not self._held.add(segment.text, logprobs):
+            return []
+        return self._release()
+
+    def _release(self) -> list[Event]:
+        held, self._held = self._held, _HeldText()
+        if not held.text:
+            return []
+        return self.builder.add(Segment(SegmentKind.TEXT, held.text), tuple(held.logprobs))
 
     def _settle(self, carry: _Carry, kind: SegmentKind | None) -> None:
         if kind is SegmentKind.REASONING:

@@ -131,3 +131,15 @@ def test_logprobs_of_a_delta_spell_its_text_after_reasoning() -> None:
     usage = events[-1]["response"]["usage"]
     assert usage["output_tokens_details"]["reasoning_tokens"] == 4  # up to the answer's "Hi"
     assert usage["output_tokens"] == 6
+
+
+@pytest.mark.parametrize("tools", [[WEATHER], []])
+def test_logprobs_of_a_delta_spell_its_text_when_a_parser_holds_back(tools: list[Any]) -> None:
+    """The call parser holds a `<` that might open `<tool_call>`: the token ` <` is split."""
+    engine = ScriptedEngine(["Use a", " <", "b", "> tag"], logprobs=True)
+    events = _events(engine, {"include": ["message.output_text.logprobs"], "tools": tools})
+    deltas = [e for e in events if e["type"] == "response.output_text.delta"]
+    assert "".join(d["delta"] for d in deltas) == "Use a <b> tag"
+    for d in deltas:
+        assert "".join(lp["token"] for lp in d["logprobs"]) == d["delta"], deltas
+    assert validate_events(events).ok

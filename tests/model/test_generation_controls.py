@@ -97,13 +97,19 @@ def test_truncated_json_is_incomplete_never_completed(server: str) -> None:
         json.loads(_text(report.final))
 
 
-def test_logprobs_shapes(server: str) -> None:
-    body = {"model": "default", "input": "Say: héllo 👋", "temperature": 0,
-            "max_output_tokens": 16, "include": ["message.output_text.logprobs"],
-            "top_logprobs": 5}  # fmt: skip
+@pytest.mark.parametrize(
+    "prompt",
+    # multi-byte characters split across tokens; `<`, which the call parser holds back
+    ["Say: héllo 👋", "Write only the HTML tag that starts a paragraph, twice: <p> <p>"],
+)
+def test_logprobs_shapes(server: str, prompt: str) -> None:
+    body = {"model": "default", "input": prompt, "temperature": 0, "max_output_tokens": 16,
+            "include": ["message.output_text.logprobs"], "top_logprobs": 5}  # fmt: skip
     report = stream(server, body)
     deltas = [e for e in report.events if e["type"] == "response.output_text.delta"]
     assert deltas
+    if "<p>" in prompt:
+        assert "<" in "".join(e["delta"] for e in deltas)
     for event in deltas:
         assert "".join(lp["token"] for lp in event["logprobs"]) == event["delta"]
         for lp in event["logprobs"]:
