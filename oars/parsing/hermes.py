@@ -199,9 +199,12 @@ class HermesParser:
     def _in_call(self, out: list[Segment]) -> bool:
         assert self._call is not None
         head = self._buf.lstrip()
-        if not self._call.obj and head and not head.startswith("{"):
-            self._degrade(out, self._call.raw)  # `<tool_call>` not followed by an object
-            return True
+        if not self._call.obj:
+            if not head:
+                return False  # only whitespace after the tag yet: an object may still follow
+            if not head.startswith("{"):
+                self._degrade(out, self._call.raw)  # `<tool_call>` not followed by an object
+                return True
         segments, rest = self._call.feed(self._buf)
         self._buf = rest or ""
         if rest is None:
@@ -233,6 +236,8 @@ class HermesParser:
         out: list[Segment] = []
         if self._call is not None:
             out.extend(self._call.abandon())
+            if not self._call.obj:  # a tag and whitespace, no object: all of it was text
+                _append_text(out, self._buf)
             self._call = None
         elif self._mode is not _Mode.AFTER:
             _append_text(out, self._buf)
