@@ -33,3 +33,19 @@ def test_random_values_and_chunkings(value: str, cuts: list[int], ascii_only: bo
     points = sorted({min(c, len(text)) for c in cuts})
     chunks = [text[a:b] for a, b in zip([0, *points], [*points, len(text)], strict=True)]
     assert _decode(chunks) == value
+
+
+def test_broken_escapes_decode_to_replacement_characters() -> None:
+    """What an unconstrained model may write: every chunking gives the same, encodable text."""
+    cases = {
+        '{"input": "x\\ud83d"}': "x\ufffd",  # a high surrogate with no low half
+        '{"input": "x\\ude00y"}': "x\ufffdy",  # a lone low surrogate
+        '{"input": "x\\ud83d\\n"}': "x\ufffd\n",
+        '{"input": "a\\uzzzzb"}': "a\ufffdzzzzb",  # not hex
+        '{"input": "x\\ud83d\\ude00y"}': "x😀y",
+    }
+    for text, value in cases.items():
+        for i in range(len(text) + 1):
+            assert _decode([text[:i], text[i:]]) == value, (text, i)
+        assert _decode(list(text)) == value
+        value.encode()  # no lone surrogate survives
