@@ -78,6 +78,7 @@ class Run:
             in_reasoning=tags is not None and prepared.prompt.rstrip().endswith(tags[0]),
             tool_names=request.tools.names,
             tool_format=engine.info.tool_format,
+            string_params={t.name: t.string_parameters for t in request.tools.callable},
         )
         self._single_call = not request.parallel_tool_calls
         self._calls_done = 0

@@ -40,10 +40,25 @@ class Tool:
     namespace: str | None = None
     grammar: str | None = None  # custom tools: the input's Lark grammar, if the tool gives one
 
+    @property
+    def string_parameters(self) -> frozenset[str]:
+        """The top-level parameters the schema types as strings (possibly among others)."""
+        properties = self.parameters.get("properties")
+        if not isinstance(properties, Mapping):
+            return frozenset()
+        return frozenset(
+            key for key, schema in properties.items()
+            if isinstance(schema, Mapping) and _allows_string(schema.get("type"))
+        )  # fmt: skip
+
     def to_template(self) -> dict[str, Any]:
         function = {"name": self.name, "description": self.description,
                     "parameters": dict(self.parameters)}  # fmt: skip
         return {"type": "function", "function": function}
+
+
+def _allows_string(kind: Any) -> bool:
+    return kind == "string" or (isinstance(kind, list) and "string" in kind)
 
 
 @dataclass(frozen=True)

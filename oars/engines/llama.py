@@ -183,6 +183,11 @@ class LlamaEngine:
     def is_end(self, token: int) -> bool:
         return bool(self._llama_cpp.llama_vocab_is_eog(self._vocab, token))
 
+    def marker_text(self, token: int) -> str:
+        """An end-of-generation token's text if the family's parser reads it (harmony ends a
+        call with `<|call|>`, which gpt-oss GGUFs make an end token), else nothing."""
+        return self._piece(token) if token in self._markers else ""
+
     def visible_bytes(self, token: int) -> bytes:
         """What a token adds to the output: a control token adds nothing, unless the family's
         parser reads it (harmony's channel markers, reasoning and call tags)."""
@@ -264,7 +269,7 @@ class _Decode:
         engine.llm.eval(prompt[cached:])
         room = engine.info.context_length - len(prompt)
         budget = min(room, self.params.max_output_tokens or room)
-        reason = FinishReason.LENGTH
+        reason, end_marker = FinishReason.LENGTH, ""
         history = list(prompt[-_PENALTY_WINDOW:])
         while self.produced < budget and not self.job.cancel.is_set():
             logits = engine.logits()
@@ -278,7 +283,7 @@ class _Decode:
             self.produced += 1
             history.append(token)
             if engine.is_end(token):
-                reason = FinishReason.STOP
+                reason, end_marker = FinishReason.STOP, engine.marker_text(token)
                 break
             if self.mask is not None:
                 self.mask.consume([token])
@@ -291,7 +296,7 @@ class _Decode:
         usage = Usage(input_tokens=len(prompt), cached_tokens=cached, output_tokens=self.produced)
         # Text held back as a possible stop sequence is output unless a stop sequence matched.
         tail = "" if self.stopped_by_sequence else self.held + self.decoder.decode(b"", final=True)
-        self.job.emit(EngineChunk(tail, 0, finish=reason, usage=usage))
+        self.job.emit(EngineChunk(tail + end_marker, 0, finish=reason, usage=usage))
 
     def _grammar_finished(self) -> bool:
         """True when a completed grammar ends the output; arms or disarms lazy constraints."""

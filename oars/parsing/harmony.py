@@ -8,7 +8,8 @@ A completion is a run of messages, each a header, `<|message|>`, a body and a te
 
 The first header usually lacks `<|start|>assistant` (the prompt ends with it). A header naming a
 recipient (`to=X`, before or after the channel) makes the body a tool call's arguments, named X
-without its `functions.` prefix. Otherwise the `analysis` channel is reasoning and everything
+without its `functions.` prefix, when X is a tool of the request; a body addressed to any other
+recipient (a built-in `browser.search`, say) is answer text. Otherwise the `analysis` channel is reasoning and everything
 else (`final`, a `commentary` preamble) is answer text. Headers and special tokens are never
 output. A body ends at `<|end|>`, `<|return|>` or `<|call|>`, or where a `<|start|>` or
 `<|channel|>` begins the next header without one. Output with no harmony markup at all is text.
@@ -32,12 +33,15 @@ _RECIPIENT = re.compile(r"(?<![\w.])to=([^\s<]+)")
 _PREFIX = "functions."
 
 
-def _body_kind(header: str) -> tuple[SegmentKind, str]:
+def _body_kind(header: str, names: frozenset[str] | None) -> tuple[SegmentKind, str]:
     """What a message's body is, from its header: (kind, tool name for calls)."""
     recipient = _RECIPIENT.search(header)
     if recipient:
         name = recipient.group(1)
-        return SegmentKind.CALL_ARGS, name.removeprefix(_PREFIX) or name
+        name = name.removeprefix(_PREFIX) or name
+        if names is None or name in names:
+            return SegmentKind.CALL_ARGS, name
+        return SegmentKind.TEXT, ""  # addressed to a tool this request does not offer
     channel = _CHANNEL.search(header)
     if channel and channel.group(1) == "analysis":
         return SegmentKind.REASONING, ""
@@ -47,7 +51,9 @@ def _body_kind(header: str) -> tuple[SegmentKind, str]:
 class HarmonyParser:
     """Turns a harmony completion into REASONING, TEXT and CALL_* segments."""
 
-    def __init__(self) -> None:
+    def __init__(self, names: frozenset[str] | None = None) -> None:
+        """`names`: the tools the model may call (None: any, for transcripts without a request)."""
+        self.names = names
         self._buffer = ""
         self._body: SegmentKind | None = None  # the kind of the open message's body, if any
         self._args_sent = False  # the open call has non-blank arguments out
@@ -68,7 +74,7 @@ class HarmonyParser:
         pos = self._buffer.find(MESSAGE)
         if pos < 0:
             return False
-        kind, name = _body_kind(self._buffer[:pos])
+        kind, name = _body_kind(self._buffer[:pos], self.names)
         self._buffer = self._buffer[pos + len(MESSAGE) :]
         self._body, self._args_sent, self._seen_markup = kind, False, True
         if kind is SegmentKind.CALL_ARGS:
@@ -108,11 +114,13 @@ class HarmonyParser:
         self._body = None
 
     def finish(self) -> list[Segment]:
-        """Flush the held text and end an open message (an unterminated call still ends)."""
+        """Flush the held text and end an open message; a call the output ended inside stays
+        open (its `<|call|>` reaches the parser even where it ends generation)."""
         out: list[Segment] = []
         if self._body is not None:
             self._emit(self._buffer, out)
-            self._close(out)
+            if self._body is not SegmentKind.CALL_ARGS:
+                self._close(out)
         elif self._is_plain_text():
             out.append(Segment(SegmentKind.TEXT, self._buffer))
         self._buffer = ""
@@ -121,6 +129,6 @@ class HarmonyParser:
     def _is_plain_text(self) -> bool:
         """The output had no harmony at all (not even a cut-off header): it is all answer."""
         held = self._buffer
-        if self._seen_markup or _TOKEN.search(held) or _RECIPIENT.search(held):
+        if self._seen_markup or _TOKEN.search(held):
             return False
         return bool(held.strip())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
 
 from oars.parsing import harmony, hermes, qwen3_coder
@@ -73,14 +74,17 @@ def tool_format_of(chat_template: str) -> str:
 
 def output_parser(
     *, think_tags: tuple[str, str] | None, in_reasoning: bool, tool_names: frozenset[str],
-    tool_format: str = "hermes",
+    tool_format: str = "hermes", string_params: Mapping[str, frozenset[str]] | None = None,
 ) -> Chain:  # fmt: skip
-    """The parser for one generation."""
+    """The parser for one generation: calls are recognized only for `tool_names`;
+    `string_params` (per tool, its string-typed parameters) types Qwen3-Coder's XML values."""
     if tool_format == "harmony":  # channels carry reasoning, answer and calls alike
-        return Chain(HarmonyParser(), PassThrough())
+        return Chain(HarmonyParser(tool_names), PassThrough())
     first: Parser = ThinkParser(*think_tags, in_reasoning=in_reasoning) if think_tags else (
         PassThrough())  # fmt: skip
     second: Parser = (
-        Qwen3CoderParser() if tool_format == "qwen3_coder" else HermesParser(tool_names)
+        Qwen3CoderParser(tool_names, string_params)
+        if tool_format == "qwen3_coder"
+        else HermesParser(tool_names)
     )
     return Chain(first, second)

@@ -15,10 +15,12 @@
 
 becomes TEXT "I'll check the weather." and a call to `get_weather` with arguments
 `{"location": "Paris", "days": 3}`. A value loses one leading and one trailing newline; it goes
-in as JSON when it is a JSON number, literal, object or array, else as a JSON string. Its type is
-known only once it closes, so arguments stream one parameter at a time. Whitespace before a
-`<tool_call>` and after a `</tool_call>` separates text from calls and is dropped. Markup that is
-not a call (`<tool_call>` not followed by `<function=…>`) stays text, as written.
+in as a JSON string when the tool's schema says the parameter is a string, else as JSON when it
+is a JSON number, literal, object or array (else as a string). Its type is known only once it
+closes, so arguments stream one parameter at a time. Whitespace before a `<tool_call>` and after
+a `</tool_call>` separates text from calls and is dropped. Markup that is not a call
+(`<tool_call>` not followed by `<function=…>` naming an offered tool) stays text, as written. A
+call the output ends inside is left open (no CALL_END): its arguments are not whole.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 import enum
 import json
 import re
+from collections.abc import Mapping
 
 from oars.parsing.holdback import split_holdback
 from oars.parsing.segments import Segment, SegmentKind
@@ -60,8 +63,10 @@ def _match_tag(head: str, prefix: str) -> tuple[int, str]:
     return name_end + 1, name
 
 
-def _json_value(value: str) -> str:
+def _json_value(value: str, *, is_string: bool = False) -> str:
     """A parameter's value as JSON: itself if it is JSON other than a string, else quoted."""
+    if is_string:
+        return json.dumps(value, ensure_ascii=False)
     try:
         parsed = json.loads(value, parse_constant=_no_constant)
     except (ValueError, RecursionError):
@@ -78,8 +83,15 @@ def _no_constant(name: str) -> object:
 class Qwen3CoderParser:
     """TEXT and CALL_* segments from Qwen3-Coder output (run it on the answer text)."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, names: frozenset[str] | None = None,
+        string_params: Mapping[str, frozenset[str]] | None = None,
+    ) -> None:  # fmt: skip
+        """`names`: the tools the model may call (None: any, for transcripts without a request);
+        `string_params`: per tool, the parameters its schema types as strings."""
+        self.names, self.string_params = names, string_params or {}
         self.degraded = 0  # call-like markup that turned out not to be a call
+        self._tool = ""  # the open call's tool
         self._buffer = ""
         self._mode = _Mode.TEXT
         self._strip = False  # drop the whitespace that starts the next text (it follows a call)
@@ -130,8 +142,11 @@ class Qwen3CoderParser:
             self._mode, self._strip = _Mode.TEXT, True
             return True
         end, name = _match_tag(head, FUNCTION)
+        if end > 0 and self.names is not None and name not in self.names:
+            end = 0  # not a tool of this request: the markup is text
         if end > 0:
             out.append(Segment(SegmentKind.CALL_START, name=name))
+            self._tool = name
             self._buffer, self._mode, self._params = head[end:], _Mode.FUNCTION, 0
             return True
         if end < 0 or (self._called and CLOSE.startswith(head)):
@@ -182,7 +197,8 @@ class Qwen3CoderParser:
         return True
 
     def _emit_parameter(self, raw: str, out: list[Segment]) -> None:
-        value = _json_value(raw.removeprefix("\n").removesuffix("\n"))
+        is_string = self._key in self.string_params.get(self._tool, ())
+        value = _json_value(raw.removeprefix("\n").removesuffix("\n"), is_string=is_string)
         lead = ", " if self._params else "{"
         key = json.dumps(self._key, ensure_ascii=False)
         out.append(Segment(SegmentKind.CALL_ARGS, f"{lead}{key}: {value}"))
@@ -203,13 +219,10 @@ class Qwen3CoderParser:
             out.append(Segment(SegmentKind.TEXT, text))
 
     def finish(self) -> list[Segment]:
-        """Flush the held text; a call the output ended inside is closed with what it has."""
+        """Flush the held text; a call the output ended inside stays open."""
         out: list[Segment] = []
-        if self._mode is _Mode.VALUE:
-            self._emit_parameter(self._buffer, out)
-            self._mode = _Mode.FUNCTION
-        if self._mode is _Mode.FUNCTION:
-            self._close_call(out)
+        if self._mode in (_Mode.VALUE, _Mode.FUNCTION):
+            pass  # its arguments so far are out; the caller decides what an open call means
         elif self._mode is _Mode.HEAD and not self._called:
             self.degraded += 1
             self._emit_text(self._dropped + OPEN + self._buffer, out)

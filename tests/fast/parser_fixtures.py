@@ -61,11 +61,15 @@ def assert_chunking_invariant(make: Callable[[], Parser], fixture: dict[str, Any
 
 
 def call_arguments(segments: list[Segment]) -> list[str]:
-    """Each call's arguments: its CALL_ARGS pieces joined."""
+    """Each finished call's arguments: its CALL_ARGS pieces joined (a call left open is not
+    finished: its arguments may stop anywhere)."""
     calls: list[str] = []
+    current = ""
     for seg in segments:
         if seg.kind is SegmentKind.CALL_START:
-            calls.append("")
+            current = ""
         elif seg.kind is SegmentKind.CALL_ARGS:
-            calls[-1] += seg.text
+            current += seg.text
+        elif seg.kind is SegmentKind.CALL_END:
+            calls.append(current)
     return calls

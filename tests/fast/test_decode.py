@@ -16,8 +16,8 @@ from oars.generation import (
     SamplingParams,
 )
 
-EOS = 0
-CONTROL = {5: b"<|channel|>", 6: b"<|im_start|>"}
+EOS, CALL_END = 0, 7  # two end-of-generation tokens; harmony's <|call|> is one in gpt-oss
+CONTROL = {5: b"<|channel|>", 6: b"<|im_start|>", CALL_END: b"<|call|>"}
 VOCAB = {EOS: b"", 1: b"The answer", 2: b" is 4", 3: b".", 4: b"E", **CONTROL}
 
 
@@ -52,7 +52,7 @@ class FakeEngine:
         return logits
 
     def is_end(self, token: int) -> bool:
-        return token == EOS
+        return token in (EOS, CALL_END)
 
     def token_bytes(self, token: int) -> bytes:
         return VOCAB[token]
@@ -60,6 +60,9 @@ class FakeEngine:
     def visible_bytes(self, token: int) -> bytes:
         hidden = token in CONTROL and token not in self.markers
         return b"" if hidden else VOCAB[token]
+
+    def marker_text(self, token: int) -> str:
+        return VOCAB[token].decode() if token in self.markers else ""
 
 
 def _decode(engine: FakeEngine, **sampling: object) -> list[EngineChunk]:
@@ -96,3 +99,9 @@ def test_control_tokens_are_hidden_unless_the_parser_reads_them() -> None:
 def test_a_vanishing_temperature_is_greedy_not_nan() -> None:
     chunks = _decode(FakeEngine([1, 2, EOS]), temperature=1e-40)
     assert _text(chunks) == "The answer is 4"
+
+
+def test_an_end_token_the_parser_reads_reaches_it() -> None:
+    assert _text(_decode(FakeEngine([1, CALL_END]))) == "The answer"
+    shown = _text(_decode(FakeEngine([1, CALL_END], markers=frozenset({CALL_END}))))
+    assert shown == "The answer<|call|>"

@@ -88,6 +88,14 @@ CASES: dict[str, tuple[ScriptedEngine, dict[str, Any]]] = {
                         '{"name": "get_weather", "arguments": {"location": "Oslo"}}',
                         "\n</tool_call>"], info=THINKER),
         {"tools": [WEATHER]}),
+    "qwen3_coder_call_cut_by_max_output_tokens": (
+        ScriptedEngine(["<tool_call>\n<function=get_weather>\n<parameter=", "location>\nPar",
+                        "is\n</parameter>\n"], info=QWEN3_CODER),
+        {"tools": [WEATHER], "max_output_tokens": 2}),
+    "qwen3_coder_call_under_tool_choice_none_is_text": (
+        ScriptedEngine(["<tool_call>\n<function=get_weather>\n<parameter=location>\nParis",
+                        "\n</parameter>\n</function>\n</tool_call>"], info=QWEN3_CODER),
+        {"tools": [WEATHER], "tool_choice": "none"}),
     "call_cut_by_end_of_generation": (
         ScriptedEngine(['<tool_call>\n{"name": "get_weather", ', '"arguments": {"location": "Pa']),
         {"tools": [WEATHER]}),

@@ -90,3 +90,19 @@ def test_missing_terminator_before_next_header_ends_the_message() -> None:
 def test_output_ending_inside_a_header_is_dropped() -> None:
     text = "<|channel|>analysis<|message|>think<|end|><|start|>assistant<|channel|>fin"
     assert parse(HarmonyParser, [text]) == [Segment(SegmentKind.REASONING, "think")]
+
+
+def test_only_the_requests_tools_are_called() -> None:
+    """A body addressed to anything else (a built-in, or tools under tool_choice none) is text."""
+    text = load(next(p for p in FIXTURES if p.stem == "builtin_recipient"))["text"]
+    assert parse(lambda: HarmonyParser(frozenset({"get_weather"})), [text]) == [
+        Segment(SegmentKind.REASONING, "Look it up on the web."),
+        Segment(SegmentKind.TEXT, '{"query":"gpt-oss release date"}'),
+    ]
+    call = "<|channel|>commentary to=functions.get_weather <|message|>{}<|call|>"
+    assert parse(lambda: HarmonyParser(frozenset()), [call]) == [Segment(SegmentKind.TEXT, "{}")]
+
+
+def test_plain_text_that_mentions_to_is_text() -> None:
+    text = "Use the flag to=stdout for output."
+    assert parse(HarmonyParser, list(text)) == [Segment(SegmentKind.TEXT, text)]

@@ -120,3 +120,17 @@ def test_odd_markup_never_raises_and_is_chunk_invariant(text: str) -> None:
     assert parse(Qwen3CoderParser, list(text)) == want
     for arguments in call_arguments(want):
         json.loads(arguments)
+
+
+def test_a_function_that_is_not_offered_is_text() -> None:
+    text = "<tool_call>\n<function=add>\n<parameter=a>\n1\n</parameter>\n</function>\n</tool_call>"
+    segments = parse(lambda: Qwen3CoderParser(frozenset({"get_weather"})), list(text))
+    assert segments == [Segment(SegmentKind.TEXT, text)]
+
+
+def test_string_parameters_stay_strings_whatever_they_look_like() -> None:
+    """The schema decides: `cmd: true` is the string "true" when `cmd` is a string."""
+    text = ("<tool_call>\n<function=exec>\n<parameter=cmd>\ntrue\n</parameter>\n"
+            "<parameter=n>\n3\n</parameter>\n</function>\n</tool_call>")  # fmt: skip
+    parser = lambda: Qwen3CoderParser(None, {"exec": frozenset({"cmd"})})  # noqa: E731
+    assert call_arguments(parse(parser, list(text))) == ['{"cmd": "true", "n": 3}']
