@@ -423,8 +423,11 @@ def normalize(body: Any, *, served_model: str, default_temperature: float = 1.0)
     parallel = _get(body, "parallel_tool_calls", (bool,), "parallel_tool_calls")
     parallel = True if parallel is None else parallel
     sampling = _sampling(body, default_temperature)
-    text_echo, constraint = _text_format(body)
-    constraint = _one_constraint(tool_constraint(toolset, parallel=parallel), constraint)
+    text_echo, text_constraint = _text_format(body)
+    constraint = _one_constraint(tool_constraint(toolset, parallel=parallel), text_constraint)
+    if text_constraint is not None and constraint is text_constraint:
+        # The reply is the JSON answer: no call can be written, so none is offered or parsed.
+        toolset = ToolSet(toolset.offered, (), "none")
     _check_stop(sampling.stop, constraint)
     reasoning = _reasoning(body)
     include = _include(body)

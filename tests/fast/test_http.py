@@ -365,3 +365,15 @@ def test_a_client_that_goes_away_stops_its_generation(streamed: bool) -> None:
              "scheme": "http", "server": ("t", 80), "client": ("c", 1), "root_path": ""}  # fmt: skip
     asyncio.run(asyncio.wait_for(app(scope, receive, send), 5))
     assert 0 < engine.produced < 100, engine.produced
+
+
+def test_a_json_answer_streams_as_written_even_with_tools() -> None:
+    """text.format owns the reply: nothing is held back as a possible bare call."""
+    engine = ScriptedEngine(['{"summary": "', "light ", 'rain"}'])
+    body = {"model": "m", "input": "x", "tools": [WEATHER], "stream": True,
+            "text": {"format": {"type": "json_object"}}}  # fmt: skip
+    report = validate_sse(_post(body, engine).text)
+    assert report.ok, report.text()
+    deltas = [e["delta"] for e in report.events if e["type"] == "response.output_text.delta"]
+    assert deltas == ['{"summary": "', "light ", 'rain"}']
+    assert engine.requests[-1].tools == ()
