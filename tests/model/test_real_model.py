@@ -52,6 +52,20 @@ def test_sdk_createstream(server: str) -> None:
     assert "Paris" in final["output"][0]["content"][0]["text"]
 
 
+def test_sdk_create_without_streaming(server: str) -> None:
+    transport = RecordingTransport()
+    with _client(server, transport) as client:
+        response = client.responses.create(
+            model="default", input="What is the capital of France? One sentence.",
+            max_output_tokens=24, temperature=0,
+        )  # fmt: skip
+    assert response.status in ("completed", "incomplete")
+    assert "Paris" in response.output_text
+    assert response.usage is not None and response.usage.output_tokens > 0
+    assert response.id.startswith("resp_")
+    assert [item.type for item in response.output] == ["message"]
+
+
 def test_sdk_stream_helper_final_response(server: str) -> None:
     transport = RecordingTransport()
     with (
