@@ -361,19 +361,16 @@ def _unsupported(body: Mapping[str, Any]) -> None:
                        param="conversation")  # fmt: skip
 
 
-def _opening_ban(raw_input: Any, toolset: ToolSet, constraint: Constraint | None
-                 ) -> tuple[str, ...]:  # fmt: skip
+def _opening_ban(raw_input: Any, toolset: ToolSet) -> tuple[str, ...]:
     """Right after tool output, in `auto` mode, the reply may not open with a bare JSON call.
 
     Small models otherwise repeat the call instead of answering. A call in the family's own
-    tags (`<tool_call>`) stays possible, and so does output that `text.format` constrains.
+    tags (`<tool_call>`) stays possible. (A JSON `text.format` leaves no tool callable, so its
+    reply is never banned from opening with `{`.)
     """
     last = raw_input[-1] if isinstance(raw_input, list) and raw_input else None
     after_output = isinstance(last, dict) and str(last.get("type", "")).endswith("call_output")
-    lazy_calls_only = constraint is None or bool(constraint.triggers)
-    if after_output and toolset.mode == "auto" and lazy_calls_only:
-        return ("{", "`", "(", "[", '"')
-    return ()
+    return ("{", "`", "(", "[", '"') if after_output and toolset.mode == "auto" else ()
 
 
 def _one_constraint(calls: Constraint | None, text: Constraint | None) -> Constraint | None:
@@ -440,7 +437,7 @@ def normalize(body: Any, *, served_model: str, default_temperature: float = 1.0)
         top_logprobs=(top_logprobs or 0) if include_logprobs else None,
         template_kwargs=_reasoning_switches(reasoning),
         constraint=constraint,
-        opening_ban=_opening_ban(body["input"], toolset, constraint),
+        opening_ban=_opening_ban(body["input"], toolset),
     )
     echo = {
         "background": False,

@@ -9,10 +9,11 @@ A completion is a run of messages, each a header, `<|message|>`, a body and a te
 The first header usually lacks `<|start|>assistant` (the prompt ends with it). A header naming a
 recipient (`to=X`, before or after the channel) makes the body a tool call's arguments, named X
 without its `functions.` prefix, when X is a tool of the request; a body addressed to any other
-recipient (a built-in `browser.search`, say) is answer text. Otherwise the `analysis` channel is reasoning and everything
-else (`final`, a `commentary` preamble) is answer text. Headers and special tokens are never
-output. A body ends at `<|end|>`, `<|return|>` or `<|call|>`, or where a `<|start|>` or
-`<|channel|>` begins the next header without one. Output with no harmony markup at all is text.
+recipient (a built-in `browser.search`, say) is answer text. Otherwise the `analysis` channel is
+reasoning and everything else (`final`, a `commentary` preamble) is answer text. Headers and
+special tokens are never output. A body ends at `<|end|>`, `<|return|>` or `<|call|>`, or where
+a `<|start|>` or `<|channel|>` begins the next header without one. Output with no harmony markup
+at all is text.
 """
 
 from __future__ import annotations
