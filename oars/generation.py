@@ -64,7 +64,9 @@ class Constraint:
     from where the match's group 1 starts (the text already there is fed to it first). When the
     grammar completes, generation stops, unless `rearm` and the trigger can match again later.
     `param` names the request field the grammar came from, for error messages; `fallback` is a
-    looser grammar to use when the compiler cannot take `source`.
+    looser grammar to use when the compiler cannot take `source`. A grammar that writes calls as
+    JSON call objects (the Hermes way) has `calls`; for families that write calls otherwise it
+    is replaced by `without_calls` (None: no constraint).
     """
 
     kind: GrammarKind
@@ -73,6 +75,8 @@ class Constraint:
     triggers: tuple[str, ...] = ()
     rearm: bool = False
     fallback: str | None = None
+    calls: bool = False
+    without_calls: Constraint | None = None
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import Any
 
 from oars.errors import InvalidRequest, NotFound
 from oars.generation import ChatMessage, Constraint, EngineRequest, GrammarKind, SamplingParams
-from oars.tools import ToolSet, echo_tools, parse_tools, resolve, tool_constraint
+from oars.tools import ToolSet, answer_or_call, echo_tools, parse_tools, resolve, tool_constraint
 
 INCLUDABLE = frozenset(
     {
@@ -361,25 +361,38 @@ def _unsupported(body: Mapping[str, Any]) -> None:
                        param="conversation")  # fmt: skip
 
 
-def _opening_ban(raw_input: Any, toolset: ToolSet) -> tuple[str, ...]:
+def _after_tool_output(raw_input: Any) -> bool:
+    last = raw_input[-1] if isinstance(raw_input, list) and raw_input else None
+    return isinstance(last, dict) and str(last.get("type", "")).endswith("call_output")
+
+
+def _opening_ban(after_output: bool, toolset: ToolSet) -> tuple[str, ...]:
     """Right after tool output, in `auto` mode, the reply may not open with a bare JSON call.
 
     Small models otherwise repeat the call instead of answering. A call in the family's own
-    tags (`<tool_call>`) stays possible. (A JSON `text.format` leaves no tool callable, so its
-    reply is never banned from opening with `{`.)
+    tags (`<tool_call>`) stays possible. (With a JSON `text.format` no tool is callable then,
+    so its reply is never banned from opening with `{`.)
     """
-    last = raw_input[-1] if isinstance(raw_input, list) and raw_input else None
-    after_output = isinstance(last, dict) and str(last.get("type", "")).endswith("call_output")
     return ("{", "`", "(", "[", '"') if after_output and toolset.mode == "auto" else ()
 
 
-def _one_constraint(calls: Constraint | None, text: Constraint | None) -> Constraint | None:
-    """A forced call owns the output; otherwise `text.format` does; otherwise lazy calls."""
+def _one_constraint(toolset: ToolSet, calls: Constraint | None, text: Constraint | None,
+                    *, after_output: bool) -> tuple[ToolSet, Constraint | None]:  # fmt: skip
+    """What constrains the reply, and the tools it may still call.
+
+    A forced call owns the reply. With a JSON `text.format`, the reply is the answer or one
+    call; right after a tool's output it is the answer (small models otherwise call again).
+    Otherwise calls are constrained lazily, from the moment one starts.
+    """
     if calls is not None and not calls.triggers:
         if text is not None:
             raise _fail("A forced tool call cannot also follow 'text.format'.", "tool_choice")
-        return calls
-    return text or calls
+        return toolset, calls
+    if text is None:
+        return toolset, calls
+    if calls is None or after_output:
+        return ToolSet(toolset.offered, (), "none"), text
+    return toolset, answer_or_call(toolset, text)
 
 
 def _check_stop(stop: tuple[str, ...], constraint: Constraint | None) -> None:
@@ -421,10 +434,9 @@ def normalize(body: Any, *, served_model: str, default_temperature: float = 1.0)
     parallel = True if parallel is None else parallel
     sampling = _sampling(body, default_temperature)
     text_echo, text_constraint = _text_format(body)
-    constraint = _one_constraint(tool_constraint(toolset, parallel=parallel), text_constraint)
-    if text_constraint is not None and constraint is text_constraint:
-        # The reply is the JSON answer: no call can be written, so none is offered or parsed.
-        toolset = ToolSet(toolset.offered, (), "none")
+    after_output = _after_tool_output(body["input"])
+    toolset, constraint = _one_constraint(toolset, tool_constraint(toolset, parallel=parallel),
+                                          text_constraint, after_output=after_output)  # fmt: skip
     _check_stop(sampling.stop, constraint)
     reasoning = _reasoning(body)
     include = _include(body)
@@ -437,7 +449,7 @@ def normalize(body: Any, *, served_model: str, default_temperature: float = 1.0)
         top_logprobs=(top_logprobs or 0) if include_logprobs else None,
         template_kwargs=_reasoning_switches(reasoning),
         constraint=constraint,
-        opening_ban=_opening_ban(body["input"], toolset),
+        opening_ban=_opening_ban(after_output, toolset),
     )
     echo = {
         "background": False,

@@ -216,14 +216,16 @@ def _lark_string(text: str) -> str:
 
 
 def call_grammar(
-    tools: Sequence[Tool], *, many: bool, relaxed: bool = False, compact: bool = False
-) -> str:
+    tools: Sequence[Tool], *, many: bool, relaxed: bool = False, compact: bool = False,
+    answer: str | None = None,
+) -> str:  # fmt: skip
     """Lark (llguidance flavour): one call object `{"name": …, "arguments": {…}}` per tool.
 
     Arguments follow the tool's JSON schema (`relaxed`: any object, for schemas the grammar
     compiler cannot take); a custom tool's `input` follows its own grammar where one is given.
     `many` allows further calls after the first. `compact` fixes the layout (forced calls);
     otherwise whitespace is free, to follow a model that already began a pretty-printed object.
+    `answer` (a JSON schema's text) allows, instead of a call, a JSON answer that follows it.
     """
     gap, space = ("", '" "') if compact else ("WS?", "WS?")
     rules = []
@@ -236,6 +238,10 @@ def call_grammar(
     calls = " | ".join(f"call_{i}" for i in range(len(tools)))
     sep = '"\\n"' if compact else "WS?"
     start = f"start: call ({sep} call)*\n" if many else "start: call\n"
+    if answer is not None:
+        layout = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+        schema = json.dumps({**json.loads(answer), "x-guidance": layout})
+        start = f"start: call | answer\nanswer: %json {schema}\n"
     return start + f"call: {calls}\n" + "".join(rules) + "WS: /[ \\t\\n]{1,16}/\n"
 
 
@@ -267,4 +273,19 @@ def tool_constraint(toolset: ToolSet, *, parallel: bool) -> Constraint | None:
         triggers=() if forced else TRIGGERS,
         rearm=parallel,
         fallback=relaxed,
+        calls=True,
+    )
+
+
+def answer_or_call(toolset: ToolSet, answer: Constraint) -> Constraint:
+    """`text.format` with tools the model may call: the reply is the JSON answer or one call,
+    whichever the model starts writing (constrained from the first token)."""
+    tools = toolset.callable
+    return Constraint(
+        GrammarKind.LARK,
+        call_grammar(tools, many=False, compact=True, answer=answer.source),
+        param=answer.param,
+        fallback=call_grammar(tools, many=False, compact=True, relaxed=True, answer=answer.source),
+        calls=True,
+        without_calls=answer,
     )

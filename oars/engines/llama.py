@@ -110,10 +110,8 @@ class LlamaEngine:
                 f"context window of {limit} tokens. Shorten the input."
             )
         constraint = request.constraint
-        if constraint is not None and constraint.param == "tools" and self.info.tool_format != (
-            "hermes"
-        ):  # fmt: skip
-            constraint = None  # call grammars are JSON call objects; other families keep theirs
+        if constraint is not None and constraint.calls and self.info.tool_format != "hermes":
+            constraint = constraint.without_calls  # other families write calls their own way
         grammar = self._grammar(constraint) if constraint else None
         return Prepared(request, prompt, tokens, grammar)
 

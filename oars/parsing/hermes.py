@@ -21,6 +21,8 @@ _FENCE_START = re.compile(r"```(?:json)?[ \t]*\n?\s*\{")
 _FENCE_PREFIX = re.compile(r"`{1,3}(?:j(?:s(?:on?)?)?)?[ \t]*\n?\s*")
 _NAME = re.compile(r'"name"\s*:\s*("(?:[^"\\]|\\.)*")')
 _ARGS_KEY = re.compile(r'"(?:arguments|parameters)"\s*:\s*$')
+_FIRST_KEY = re.compile(r'\s*\{\s*"((?:[^"\\]|\\.)*)"\s*:')
+_CALL_KEYS = ("name", "arguments", "parameters")
 
 
 class _Mode(enum.Enum):
@@ -124,6 +126,12 @@ class _CallObject:
             out.append(Segment(SegmentKind.CALL_ARGS, _decoded(value)))
         return [*out, Segment(SegmentKind.CALL_END)]
 
+    def not_a_call(self) -> bool:
+        """The object's first key shows it is no call (a JSON answer, say): decided early, so
+        that such an object streams as text instead of waiting for its end."""
+        first = _FIRST_KEY.match(self.obj)
+        return not self.started and first is not None and first.group(1) not in _CALL_KEYS
+
     def abandon(self) -> list[Segment]:
         """The output ended inside the object: no CALL_END, the call stays unfinished."""
         self._locate()
@@ -207,6 +215,10 @@ class HermesParser:
                 return True
         segments, rest = self._call.feed(self._buf)
         self._buf = rest or ""
+        if rest is None and self._call.not_a_call():
+            _append_text(out, self._call.raw)  # an object, but no call: text, streamed from here
+            self._call, self._mode = None, _Mode.TEXT
+            return True
         if rest is None:
             out.extend(segments)
             return False

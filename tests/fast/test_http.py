@@ -301,10 +301,6 @@ def test_after_tool_output_a_bare_call_cannot_open_the_reply() -> None:
     assert "{" in ban and not any("<tool_call>".startswith(p) for p in ban), ban
     _post({"model": "m", "input": items[:1], "tools": [WEATHER]}, engine)
     assert engine.requests[-1].opening_ban == ()
-    # A structured final answer after the tool result must be able to open with its `{`.
-    json_answer = {"format": {"type": "json_object"}}
-    _post({"model": "m", "input": items, "tools": [WEATHER], "text": json_answer}, engine)
-    assert engine.requests[-1].opening_ban == ()
 
 
 def test_custom_tool_call_replay_is_rendered_as_input_argument() -> None:
@@ -367,13 +363,38 @@ def test_a_client_that_goes_away_stops_its_generation(streamed: bool) -> None:
     assert 0 < engine.produced < 100, engine.produced
 
 
+JSON_ANSWER = {"format": {"type": "json_object"}}
+
+
 def test_a_json_answer_streams_as_written_even_with_tools() -> None:
-    """text.format owns the reply: nothing is held back as a possible bare call."""
+    """Once the object's first key shows it is no call, it streams as the model writes it."""
     engine = ScriptedEngine(['{"summary": "', "light ", 'rain"}'])
-    body = {"model": "m", "input": "x", "tools": [WEATHER], "stream": True,
-            "text": {"format": {"type": "json_object"}}}  # fmt: skip
+    body = {"model": "m", "input": "x", "tools": [WEATHER], "stream": True, "text": JSON_ANSWER}
     report = validate_sse(_post(body, engine).text)
     assert report.ok, report.text()
     deltas = [e["delta"] for e in report.events if e["type"] == "response.output_text.delta"]
     assert deltas == ['{"summary": "', "light ", 'rain"}']
-    assert engine.requests[-1].tools == ()
+
+
+def test_with_a_json_text_format_the_reply_is_the_answer_or_one_call() -> None:
+    engine = ScriptedEngine(['{"name": "get_weather", "arguments": {"location": "Paris"}}'])
+    body = {"model": "m", "input": "x", "tools": [WEATHER], "text": JSON_ANSWER}
+    output = _post(body, engine).json()["output"]
+    assert [(i["type"], i.get("name")) for i in output] == [("function_call", "get_weather")]
+    constraint = engine.requests[-1].constraint
+    assert constraint is not None and not constraint.triggers
+    assert "start: call | answer" in constraint.source
+    assert constraint.without_calls is not None  # families that write calls otherwise
+    assert [t["function"]["name"] for t in engine.requests[-1].tools] == ["get_weather"]
+
+
+def test_right_after_a_tool_result_a_json_text_format_is_the_answer() -> None:
+    engine = ScriptedEngine()
+    items = [{"role": "user", "content": "weather?"},
+             {"type": "function_call", "call_id": "c", "name": "get_weather", "arguments": "{}"},
+             {"type": "function_call_output", "call_id": "c", "output": "sunny"}]  # fmt: skip
+    _post({"model": "m", "input": items, "tools": [WEATHER], "text": JSON_ANSWER}, engine)
+    request = engine.requests[-1]
+    assert request.tools == () and request.opening_ban == ()
+    assert request.constraint is not None and request.constraint.param == "text.format.schema"
+    assert "call" not in request.constraint.source

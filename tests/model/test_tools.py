@@ -126,3 +126,17 @@ def test_stop_sequences_do_not_cut_a_call(server: str) -> None:
             "max_output_tokens": 60, "temperature": 0}  # fmt: skip
     call = _the_call(stream(server, body))
     assert json.loads(call["arguments"])["location"].lower().startswith("paris")
+
+
+def test_with_a_json_text_format_the_model_may_still_call_a_tool(server: str) -> None:
+    """An agent's first turn under --output-schema: a call (or the answer), always valid."""
+    schema = {"type": "object", "properties": {"summary": {"type": "string", "maxLength": 80}},
+              "required": ["summary"], "additionalProperties": False}  # fmt: skip
+    fmt = {"type": "json_schema", "name": "weather", "schema": schema, "strict": True}
+    report = stream(server, {"model": "default", "input": QUESTION, "tools": [WEATHER],
+                             "text": {"format": fmt}, "max_output_tokens": 60,
+                             "temperature": 0})  # fmt: skip
+    assert report.final["status"] == "completed", report.final["output"]
+    [item] = report.final["output"]
+    assert item["type"] == "function_call", item  # what this model does with this question
+    jsonschema.validate(json.loads(item["arguments"]), WEATHER_SCHEMA)
