@@ -26,7 +26,7 @@ class ResponsesService:
     def start(self, request: ResponseRequest) -> Run:
         """Accept a request; client errors (e.g. context length) raise here, before any byte."""
         prepared = self.engine.prepare(request.engine)
-        tools = {t.name: t for t in request.tools.callable}
+        tools = {t.model_name: t for t in request.tools.callable}
         builder = ResponseBuilder(
             request.echo, include_logprobs=request.include_logprobs, model=request.model,
             tools=tools,
@@ -78,7 +78,7 @@ class Run:
             in_reasoning=tags is not None and prepared.prompt.rstrip().endswith(tags[0]),
             tool_names=request.tools.names,
             tool_format=engine.info.tool_format,
-            string_params={t.name: t.string_parameters for t in request.tools.callable},
+            string_params={t.model_name: t.string_parameters for t in request.tools.callable},
         )
         self._single_call = not request.parallel_tool_calls
         self._calls_done = 0

@@ -8,8 +8,9 @@ namespace). Hosted tools (web search, MCP, …) cannot run here: accepted, never
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from oars.errors import InvalidRequest
@@ -39,6 +40,12 @@ class Tool:
     parameters: Mapping[str, Any]
     namespace: str | None = None
     grammar: str | None = None  # custom tools: the input's Lark grammar, if the tool gives one
+    offered_as: str = ""  # the name the model sees, when `name` alone is ambiguous
+
+    @property
+    def model_name(self) -> str:
+        """What the model calls it: its name, or `namespace.name` where two tools share a name."""
+        return self.offered_as or self.name
 
     @property
     def string_parameters(self) -> frozenset[str]:
@@ -52,7 +59,7 @@ class Tool:
         )  # fmt: skip
 
     def to_template(self) -> dict[str, Any]:
-        function = {"name": self.name, "description": self.description,
+        function = {"name": self.model_name, "description": self.description,
                     "parameters": dict(self.parameters)}  # fmt: skip
         return {"type": "function", "function": function}
 
@@ -67,12 +74,12 @@ class ToolSet:
     callable: tuple[Tool, ...]  # what the model may call now (tool_choice, allowed_tools)
     mode: str  # "none" | "auto" | "required"
 
-    def find(self, name: str) -> Tool | None:
-        return next((t for t in self.callable if t.name == name), None)
-
     @property
     def names(self) -> frozenset[str]:
-        return frozenset(t.name for t in self.callable) if self.mode != "none" else frozenset()
+        """The names the model may call the tools by."""
+        if self.mode == "none":
+            return frozenset()
+        return frozenset(t.model_name for t in self.callable)
 
 
 def _tool(raw: Mapping[str, Any], param: str, namespace: str | None) -> Tool | None:
@@ -144,7 +151,18 @@ def parse_tools(tools: Sequence[Any]) -> list[Tool]:
             tool = _tool(raw, param, None)
             if tool is not None:
                 out.append(tool)
-    return out
+    return _disambiguated(out)
+
+
+def _disambiguated(tools: list[Tool]) -> list[Tool]:
+    """Two tools of one name (two MCP servers' `search`): the namespaced ones are offered to the
+    model as `namespace.name`; a call by that name comes back as `name` plus `namespace`."""
+    counts = Counter(t.name for t in tools)
+    return [
+        replace(t, offered_as=f"{t.namespace}.{t.name}") if counts[t.name] > 1 and t.namespace
+        else t
+        for t in tools
+    ]  # fmt: skip
 
 
 def echo_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -231,7 +249,7 @@ def call_grammar(
     rules = []
     for i, tool in enumerate(tools):
         rules.append(
-            f'call_{i}: "{{" {gap} "\\"name\\"" {gap} ":" {space} {_lark_string(tool.name)} {gap} '
+            f'call_{i}: "{{" {gap} "\\"name\\"" {gap} ":" {space} {_lark_string(tool.model_name)} {gap} '
             f'"," {space} "\\"arguments\\"" {gap} ":" {space} args_{i} {gap} "}}"\n'
             + _arguments_rule(tool, f"args_{i}", relaxed=relaxed, compact=compact)
         )

@@ -321,7 +321,7 @@ class ResponseBuilder:
             type="custom_tool_call" if custom else "function_call",
             id=new_id("ctc" if custom else "fc"),
             call_id=new_id("call"),
-            name=segment.name,
+            name=tool.name if tool is not None else segment.name,
             namespace=tool.namespace if tool is not None else None,
             field=StringField("input") if custom else None,
         )

@@ -398,3 +398,20 @@ def test_right_after_a_tool_result_a_json_text_format_is_the_answer() -> None:
     assert request.tools == () and request.opening_ban == ()
     assert request.constraint is not None and request.constraint.param == "text.format.schema"
     assert "call" not in request.constraint.source
+
+
+def test_tools_sharing_a_name_are_told_apart_by_namespace() -> None:
+    """Two MCP servers' `search`: the model sees `jira.search`, Codex gets name + namespace."""
+    search = {
+        "type": "function",
+        "name": "search",
+        "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+    }
+    tools = [search, {"type": "namespace", "name": "jira", "tools": [search]}]  # fmt: skip
+    for written, namespace in (("jira.search", "jira"), ("search", None)):
+        engine = ScriptedEngine([f'{{"name": "{written}", "arguments": {{"q": "x"}}}}'])
+        output = _post({"model": "m", "input": "x", "tools": tools}, engine).json()["output"]
+        assert [(i["type"], i["name"], i.get("namespace")) for i in output] == [
+            ("function_call", "search", namespace)]  # fmt: skip
+    offered = [t["function"]["name"] for t in engine.requests[-1].tools]
+    assert offered == ["search", "jira.search"]
