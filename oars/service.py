@@ -101,16 +101,16 @@ class Run:
                     finish = chunk
         except EngineError as exc:
             log.warning("generation failed: %s", exc)
-            for event in self.builder.fail(str(exc)):
+            for event in self._fail(str(exc)):
                 yield event
             return
         except Exception:  # the stream's boundary: whatever broke, the client gets response.failed
             log.exception("generation crashed")
-            for event in self.builder.fail("internal error during generation"):
+            for event in self._fail("internal error during generation"):
                 yield event
             return
         if finish is None or finish.finish is None:
-            for event in self.builder.fail("the engine stopped without finishing"):
+            for event in self._fail("the engine stopped without finishing"):
                 yield event
             return
         usage = replace(finish.usage or Usage(), reasoning_tokens=self._reasoning_tokens)
@@ -152,6 +152,10 @@ class Run:
         if not self._held.add(segment.text, logprobs):
             return []
         return self._release()
+
+    def _fail(self, message: str) -> list[Event]:
+        """What the model wrote stays in the output; then `error` and `response.failed`."""
+        return self._release() + self.builder.fail(message)
 
     def _release(self) -> list[Event]:
         held, self._held = self._held, _HeldText()

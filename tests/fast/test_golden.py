@@ -151,3 +151,13 @@ def test_logprobs_of_a_delta_spell_its_text_when_a_parser_holds_back(tools: list
     for d in deltas:
         assert "".join(lp["token"] for lp in d["logprobs"]) == d["delta"], deltas
     assert validate_events(events).ok
+
+
+def test_text_held_for_its_logprobs_is_kept_when_the_engine_fails() -> None:
+    """The space of the token ` <` waits for its `<` (which the call parser holds): a failure
+    then still sends it. (The parser's own held `<` is not flushed on failure.)"""
+    engine = ScriptedEngine(["Use a", " <", ScriptedEngine.FAIL], logprobs=True)
+    events = _events(engine, {"include": ["message.output_text.logprobs"]})
+    assert validate_events(events).ok
+    assert events[-1]["type"] == "response.failed"
+    assert events[-1]["response"]["output"][0]["content"][0]["text"] == "Use a "
