@@ -56,6 +56,7 @@ class _HeldText:
 
     text: str = ""
     logprobs: list[TokenLogprob] = field(default_factory=list)
+    phase: str = ""
 
     def add(self, text: str, logprobs: tuple[TokenLogprob, ...]) -> bool:
         """True when the text so far is what its tokens spell (or never will be)."""
@@ -149,9 +150,11 @@ class Run:
     def _add(self, segment: Segment, logprobs: tuple[TokenLogprob, ...] = ()) -> list[Event]:
         if segment.kind is not SegmentKind.TEXT or not self._with_logprobs:
             return self._release() + self.builder.add(segment, logprobs)
+        events = self._release() if segment.name != self._held.phase else []
+        self._held.phase = segment.name
         if not self._held.add(segment.text, logprobs):
-            return []
-        return self._release()
+            return events
+        return events + self._release()
 
     def _fail(self, message: str) -> list[Event]:
         """What the model wrote stays in the output; then `error` and `response.failed`."""
@@ -161,7 +164,8 @@ class Run:
         held, self._held = self._held, _HeldText()
         if not held.text:
             return []
-        return self.builder.add(Segment(SegmentKind.TEXT, held.text), tuple(held.logprobs))
+        segment = Segment(SegmentKind.TEXT, held.text, held.phase)
+        return self.builder.add(segment, tuple(held.logprobs))
 
     def _settle(self, carry: _Carry, kind: SegmentKind | None) -> None:
         if kind is SegmentKind.REASONING:

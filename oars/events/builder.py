@@ -88,19 +88,21 @@ class _Item:
     namespace: str | None = None
     field: StringField | None = None  # custom calls: decodes `input` out of the arguments
     streamed: str = ""  # custom calls: the input sent in deltas so far
+    phase: str = ""  # messages: commentary or final_answer, where the model family marks it
 
     def wire(self) -> dict[str, Any]:
         return _ITEM_WIRE[self.type](self)
 
 
 def _message_wire(item: _Item) -> dict[str, Any]:
-    return {
+    wire = {
         "id": item.id,
         "type": "message",
         "status": item.status,
         "role": "assistant",
         "content": [p.wire() for p in item.parts],
     }
+    return {**wire, "phase": item.phase} if item.phase else wire
 
 
 def _reasoning_wire(item: _Item) -> dict[str, Any]:
@@ -210,12 +212,16 @@ class ResponseBuilder:
             return call_step(self, segment)
         if not segment.text:
             return []
-        opens_message = segment.kind is SegmentKind.TEXT and not self._is_open("message")
+        phase = segment.name if segment.kind is SegmentKind.TEXT else ""
+        same_message = self._open is not None and self._open.phase == phase
+        opens_message = segment.kind is SegmentKind.TEXT and not (
+            self._is_open("message") and same_message
+        )
         if opens_message and not segment.text.strip():
             # Whitespace alone does not open a message: it may only separate a call.
             self._pending_space.append((segment.text, logprobs))
             return []
-        events = self._open_for(segment.kind)
+        events = self._open_for(segment.kind, phase)
         assert self._open is not None
         if segment.kind is SegmentKind.TEXT and self._pending_space:
             pending, self._pending_space = self._pending_space, []
@@ -264,11 +270,11 @@ class ResponseBuilder:
     def _is_open(self, item_type: str) -> bool:
         return self._open is not None and self._open.type == item_type
 
-    def _open_for(self, kind: SegmentKind) -> list[Event]:
+    def _open_for(self, kind: SegmentKind, phase: str = "") -> list[Event]:
         item_type, prefix, part_type = _SEGMENT_ITEM[kind]
-        if self._is_open(item_type):
+        if self._is_open(item_type) and self._open is not None and self._open.phase == phase:
             return []
-        item, events = self._add_item(type=item_type, id=new_id(prefix))
+        item, events = self._add_item(type=item_type, id=new_id(prefix), phase=phase)
         item.parts.append(_Part(part_type))
         events.append(self._part_event("response.content_part.added", item, 0))
         return events

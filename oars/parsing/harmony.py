@@ -34,19 +34,24 @@ _RECIPIENT = re.compile(r"(?<![\w.])to=([^\s<]+)")
 _PREFIX = "functions."
 
 
+_PHASES = {"commentary": "commentary", "final": "final_answer"}  # channel → message phase
+
+
 def _body_kind(header: str, names: frozenset[str] | None) -> tuple[SegmentKind, str]:
-    """What a message's body is, from its header: (kind, tool name for calls)."""
+    """What a message's body is, from its header: (kind, the tool name of a call or the phase
+    of answer text)."""
     recipient = _RECIPIENT.search(header)
+    channel = _CHANNEL.search(header)
+    phase = _PHASES.get(channel.group(1), "") if channel else ""
     if recipient:
         name = recipient.group(1)
         name = name.removeprefix(_PREFIX) or name
         if names is None or name in names:
             return SegmentKind.CALL_ARGS, name
-        return SegmentKind.TEXT, ""  # addressed to a tool this request does not offer
-    channel = _CHANNEL.search(header)
+        return SegmentKind.TEXT, phase  # addressed to a tool this request does not offer
     if channel and channel.group(1) == "analysis":
         return SegmentKind.REASONING, ""
-    return SegmentKind.TEXT, ""
+    return SegmentKind.TEXT, phase
 
 
 class HarmonyParser:
@@ -55,6 +60,8 @@ class HarmonyParser:
     def __init__(self, names: frozenset[str] | None = None) -> None:
         """`names`: the tools the model may call (None: any, for transcripts without a request)."""
         self.names = names
+        self.degraded = 0  # bodies addressed to a recipient that is no tool of the request
+        self._phase = ""  # of the open message's text: commentary (a preamble) or final_answer
         self._buffer = ""
         self._body: SegmentKind | None = None  # the kind of the open message's body, if any
         self._args_sent = False  # the open call has non-blank arguments out
@@ -75,11 +82,15 @@ class HarmonyParser:
         pos = self._buffer.find(MESSAGE)
         if pos < 0:
             return False
-        kind, name = _body_kind(self._buffer[:pos], self.names)
+        header = self._buffer[:pos]
+        kind, name = _body_kind(header, self.names)
         self._buffer = self._buffer[pos + len(MESSAGE) :]
         self._body, self._args_sent, self._seen_markup = kind, False, True
+        self._phase = name if kind is SegmentKind.TEXT else ""
         if kind is SegmentKind.CALL_ARGS:
             out.append(Segment(SegmentKind.CALL_START, name=name))
+        elif _RECIPIENT.search(header):
+            self.degraded += 1
         return True
 
     def _in_body(self, out: list[Segment]) -> bool:
@@ -105,7 +116,7 @@ class HarmonyParser:
             text = text.lstrip()  # blank before JSON means nothing; blank-only means no args
             self._args_sent = bool(text)
         if text and self._body is not None:
-            out.append(Segment(self._body, text))
+            out.append(Segment(self._body, text, self._phase))
 
     def _close(self, out: list[Segment]) -> None:
         if self._body is SegmentKind.CALL_ARGS:

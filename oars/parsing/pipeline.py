@@ -18,6 +18,13 @@ class Parser(Protocol):
     def finish(self) -> list[Segment]: ...
 
 
+class OutputParser(Parser, Protocol):
+    @property
+    def degraded(self) -> int:
+        """How often call-like text turned out not to be a call (the caller warns)."""
+        ...
+
+
 class PassThrough:
     def feed(self, text: str) -> list[Segment]:
         return [Segment(SegmentKind.TEXT, text)] if text else []
@@ -75,11 +82,11 @@ def tool_format_of(chat_template: str) -> str:
 def output_parser(
     *, think_tags: tuple[str, str] | None, in_reasoning: bool, tool_names: frozenset[str],
     tool_format: str = "hermes", string_params: Mapping[str, frozenset[str]] | None = None,
-) -> Chain:  # fmt: skip
+) -> OutputParser:  # fmt: skip
     """The parser for one generation: calls are recognized only for `tool_names`;
     `string_params` (per tool, its string-typed parameters) types Qwen3-Coder's XML values."""
     if tool_format == "harmony":  # channels carry reasoning, answer and calls alike
-        return Chain(HarmonyParser(tool_names), PassThrough())
+        return HarmonyParser(tool_names)
     first: Parser = ThinkParser(*think_tags, in_reasoning=in_reasoning) if think_tags else (
         PassThrough())  # fmt: skip
     second: Parser = (

@@ -2,7 +2,9 @@
 
 A tool call is three kinds of segment: CALL_START (carrying the tool `name` as the model wrote
 it), any number of CALL_ARGS (argument text, streamed as it is generated: concatenated, they
-are the call's arguments, a JSON object for function tools), and CALL_END.
+are the call's arguments, a JSON object for function tools), and CALL_END. A TEXT segment's
+`name` is the phase of the message it belongs to, where the family marks one (harmony:
+`commentary` for a preamble, `final_answer`); text of another phase starts another message.
 """
 
 from __future__ import annotations
@@ -27,14 +29,15 @@ class Segment:
 
 
 def merge(segments: list[Segment]) -> list[Segment]:
-    """Join neighbours of the same text kind and drop empty ones (for comparing parses)."""
+    """Join neighbours of the same text kind (and phase) and drop empty ones (for comparing
+    parses)."""
     out: list[Segment] = []
     joinable = (SegmentKind.TEXT, SegmentKind.REASONING, SegmentKind.CALL_ARGS)
     for seg in segments:
         if seg.kind in joinable and not seg.text:
             continue
-        if out and out[-1].kind is seg.kind and seg.kind in joinable:
-            out[-1] = Segment(seg.kind, out[-1].text + seg.text)
+        if out and (out[-1].kind, out[-1].name) == (seg.kind, seg.name) and seg.kind in joinable:
+            out[-1] = Segment(seg.kind, out[-1].text + seg.text, seg.name)
         else:
             out.append(seg)
     return out

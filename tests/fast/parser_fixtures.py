@@ -2,7 +2,8 @@
 
 A fixture is `{"name", "text", "expect", ...}`; `expect` is the merged segment list, one
 `[kind, value]` pair per segment: `kind` a `SegmentKind` value, `value` the tool name for
-`call_start` and the text otherwise (`""` for `call_end`).
+`call_start` and the text otherwise (`""` for `call_end`). A `text` entry may add a third
+element, its message phase (harmony: `commentary`, `final_answer`).
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ def load(path: Path) -> dict[str, Any]:
 
 def expected(fixture: dict[str, Any]) -> list[Segment]:
     out = []
-    for kind, value in fixture["expect"]:
+    for kind, value, *phase in fixture["expect"]:
         k = SegmentKind(kind)
-        out.append(Segment(k, name=value) if k is SegmentKind.CALL_START else Segment(k, value))
+        out.append(Segment(k, name=value) if k is SegmentKind.CALL_START
+                   else Segment(k, value, *phase))  # fmt: skip
     return out
 
 

@@ -96,6 +96,11 @@ CASES: dict[str, tuple[ScriptedEngine, dict[str, Any]]] = {
         ScriptedEngine(["<tool_call>\n<function=get_weather>\n<parameter=location>\nParis",
                         "\n</parameter>\n</function>\n</tool_call>"], info=QWEN3_CODER),
         {"tools": [WEATHER], "tool_choice": "none"}),
+    "harmony_preamble_then_final": (
+        ScriptedEngine(["<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant",
+                        "<|channel|>commentary<|message|>Let me think.<|end|><|start|>",
+                        "assistant<|channel|>final<|message|>Answer.", "<|return|>"],
+                       info=HARMONY), {}),
     "call_cut_by_end_of_generation": (
         ScriptedEngine(['<tool_call>\n{"name": "get_weather", ', '"arguments": {"location": "Pa']),
         {"tools": [WEATHER]}),
@@ -161,3 +166,14 @@ def test_text_held_for_its_logprobs_is_kept_when_the_engine_fails() -> None:
     assert validate_events(events).ok
     assert events[-1]["type"] == "response.failed"
     assert events[-1]["response"]["output"][0]["content"][0]["text"] == "Use a "
+
+
+def test_phases_survive_text_held_for_its_logprobs() -> None:
+    engine = ScriptedEngine(["<|channel|>commentary<|message|>Let me <", "|end|><|start|>assistant",
+                             "<|channel|>final<|message|>Answer.<|return|>"],
+                            info=HARMONY, logprobs=True)  # fmt: skip
+    events = _events(engine, {"include": ["message.output_text.logprobs"]})
+    assert validate_events(events).ok
+    output = events[-1]["response"]["output"]
+    assert [(i["phase"], i["content"][0]["text"]) for i in output] == [
+        ("commentary", "Let me "), ("final_answer", "Answer.")]  # fmt: skip

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oars.parsing.harmony import MARKERS, HarmonyParser
-from oars.parsing.segments import Segment, SegmentKind
+from oars.parsing.segments import Segment, SegmentKind, merge
 from tests.fast.parser_fixtures import (
     assert_chunking_invariant,
     call_arguments,
@@ -74,8 +74,11 @@ def test_arguments_stream_before_the_call_ends() -> None:
 
 def test_text_streams_and_holds_back_only_a_partial_token() -> None:
     parser = HarmonyParser()
-    assert parser.feed("<|channel|>final<|message|>Hi <|") == [Segment(SegmentKind.TEXT, "Hi ")]
-    assert parser.feed("> there") == [Segment(SegmentKind.TEXT, "<|> there")]
+    final = "final_answer"
+    assert parser.feed("<|channel|>final<|message|>Hi <|") == [
+        Segment(SegmentKind.TEXT, "Hi ", final)
+    ]
+    assert parser.feed("> there") == [Segment(SegmentKind.TEXT, "<|> there", final)]
     assert parser.feed("<|return|>") == []
 
 
@@ -83,7 +86,7 @@ def test_missing_terminator_before_next_header_ends_the_message() -> None:
     text = "<|channel|>analysis<|message|>think<|start|>assistant<|channel|>final<|message|>hi"
     assert parse(HarmonyParser, [text]) == [
         Segment(SegmentKind.REASONING, "think"),
-        Segment(SegmentKind.TEXT, "hi"),
+        Segment(SegmentKind.TEXT, "hi", "final_answer"),
     ]
 
 
@@ -95,12 +98,25 @@ def test_output_ending_inside_a_header_is_dropped() -> None:
 def test_only_the_requests_tools_are_called() -> None:
     """A body addressed to anything else (a built-in, or tools under tool_choice none) is text."""
     text = load(next(p for p in FIXTURES if p.stem == "builtin_recipient"))["text"]
-    assert parse(lambda: HarmonyParser(frozenset({"get_weather"})), [text]) == [
+    parser = HarmonyParser(frozenset({"get_weather"}))
+    assert merge(parser.feed(text) + parser.finish()) == [
         Segment(SegmentKind.REASONING, "Look it up on the web."),
         Segment(SegmentKind.TEXT, '{"query":"gpt-oss release date"}'),
     ]
+    assert parser.degraded == 1
     call = "<|channel|>commentary to=functions.get_weather <|message|>{}<|call|>"
-    assert parse(lambda: HarmonyParser(frozenset()), [call]) == [Segment(SegmentKind.TEXT, "{}")]
+    assert parse(lambda: HarmonyParser(frozenset()), [call]) == [
+        Segment(SegmentKind.TEXT, "{}", "commentary")
+    ]
+
+
+def test_a_preamble_and_the_final_answer_are_two_messages() -> None:
+    text = ("<|channel|>commentary<|message|>Let me think.<|end|>"
+            "<|start|>assistant<|channel|>final<|message|>Answer.<|return|>")  # fmt: skip
+    assert parse(HarmonyParser, list(text)) == [
+        Segment(SegmentKind.TEXT, "Let me think.", "commentary"),
+        Segment(SegmentKind.TEXT, "Answer.", "final_answer"),
+    ]
 
 
 def test_plain_text_that_mentions_to_is_text() -> None:
