@@ -89,8 +89,13 @@ def test_invalid_schema_is_400_before_streaming(server: str) -> None:
 
 def test_truncated_json_is_incomplete_never_completed(server: str) -> None:
     prompt, schema = SCHEMAS["array_of_objects"]
+    # At least two colors, greedy: no valid answer fits in 6 tokens. (`{"colors": []}` would,
+    # and an unseeded sampled run of this test once completed within the limit.)
+    colors = {**schema["properties"]["colors"], "minItems": 2}
+    schema = {**schema, "properties": {"colors": colors}}
     fmt = {"type": "json_schema", "name": "c", "schema": schema, "strict": True}
-    body = {"model": "default", "input": prompt, "text": {"format": fmt}, "max_output_tokens": 6}
+    body = {"model": "default", "input": prompt, "text": {"format": fmt}, "max_output_tokens": 6,
+            "temperature": 0}  # fmt: skip
     report = stream(server, body)
     assert report.events[-1]["type"] == "response.incomplete"
     with pytest.raises(json.JSONDecodeError):
@@ -124,7 +129,8 @@ def test_logprobs_shapes(server: str, prompt: str) -> None:
 
 
 def test_no_logprobs_without_include(server: str) -> None:
-    body = {"model": "default", "input": "Say hi.", "max_output_tokens": 8, "top_logprobs": 5}
+    body = {"model": "default", "input": "Say hi.", "max_output_tokens": 8, "top_logprobs": 5,
+            "temperature": 0}  # fmt: skip
     report = stream(server, body)
     assert all(e.get("logprobs", []) == [] for e in report.events)
     assert report.final["output"][0]["content"][0]["logprobs"] == []
