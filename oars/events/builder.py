@@ -213,10 +213,7 @@ class ResponseBuilder:
         if not segment.text:
             return []
         phase = segment.name if segment.kind is SegmentKind.TEXT else ""
-        same_message = self._open is not None and self._open.phase == phase
-        opens_message = segment.kind is SegmentKind.TEXT and not (
-            self._is_open("message") and same_message
-        )
+        opens_message = segment.kind is SegmentKind.TEXT and not self._is_open("message", phase)
         if opens_message and not segment.text.strip():
             # Whitespace alone does not open a message: it may only separate a call.
             self._pending_space.append((segment.text, logprobs))
@@ -267,12 +264,14 @@ class ResponseBuilder:
 
     # ---- item bookkeeping ---------------------------------------------------------------
 
-    def _is_open(self, item_type: str) -> bool:
-        return self._open is not None and self._open.type == item_type
+    def _is_open(self, item_type: str, phase: str = "") -> bool:
+        """An item of this type (and message phase) is open: more output goes into it."""
+        item = self._open
+        return item is not None and item.type == item_type and item.phase == phase
 
     def _open_for(self, kind: SegmentKind, phase: str = "") -> list[Event]:
         item_type, prefix, part_type = _SEGMENT_ITEM[kind]
-        if self._is_open(item_type) and self._open is not None and self._open.phase == phase:
+        if self._is_open(item_type, phase):
             return []
         item, events = self._add_item(type=item_type, id=new_id(prefix), phase=phase)
         item.parts.append(_Part(part_type))
