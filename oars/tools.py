@@ -24,6 +24,8 @@ CUSTOM_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
 }
 ANY_OBJECT: dict[str, Any] = {"type": "object"}
+# llguidance's JSON layout for output constrained from the first token: no free whitespace.
+_COMPACT_JSON = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 # Where a call object starts in free text: as the whole reply (bare or in a ```json fence, the
 # way small Qwen models answer) or after a Hermes `<tool_call>` tag anywhere.
@@ -257,8 +259,7 @@ def call_grammar(
     sep = '"\\n"' if compact else "WS?"
     start = f"start: call ({sep} call)*\n" if many else "start: call\n"
     if answer is not None:
-        layout = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
-        schema = json.dumps({**json.loads(answer), "x-guidance": layout})
+        schema = json.dumps({**json.loads(answer), "x-guidance": _COMPACT_JSON})
         start = f"start: call | answer\nanswer: %json {schema}\n"
     return start + f"call: {calls}\n" + "".join(rules) + "WS: /[ \\t\\n]{1,16}/\n"
 
@@ -271,8 +272,7 @@ def _arguments_rule(tool: Tool, rule: str, *, relaxed: bool, compact: bool) -> s
             return (f'{rule}: "{{" {gap} "\\"input\\"" {gap} ":" {space} "\\"" {rule}_start '
                     f'"\\"" {gap} "}}"\n{inner}\n')  # fmt: skip
     schema = ANY_OBJECT if relaxed else tool.parameters
-    layout = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
-    schema = {**schema, "x-guidance": layout if compact else {"whitespace_flexible": True}}
+    schema = {**schema, "x-guidance": _COMPACT_JSON if compact else {"whitespace_flexible": True}}
     return f"{rule}: %json {json.dumps(schema)}\n"
 
 
