@@ -4,18 +4,19 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: serve test test-fast lint bench pull
+.PHONY: serve test test-fast lint bench pull postgres
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 serve: $(VENV)/.installed-serve  ## set up, pull the default model on first use, serve on 127.0.0.1:8000
 	$(BIN)/oars serve
 
-test: $(VENV)/.installed-test clients/node_modules/.installed  ## set up and run the whole suite (lint, real model, real clients)
+test: $(VENV)/.installed-test clients/node_modules/.installed postgres  ## set up and run the whole suite (lint, real model, real clients)
 	$(BIN)/ruff check oars tests bench
 	$(BIN)/mypy oars tests
 	$(BIN)/oars pull
 	$(BIN)/python -m pytest -q
 
-test-fast: $(VENV)/.installed-test  ## the fast tier: no model, seconds
+test-fast: $(VENV)/.installed-test postgres  ## the fast tier: no model, seconds
 	$(BIN)/python -m pytest -q -m "not model"
 
 lint: $(VENV)/.installed-test
@@ -29,6 +30,11 @@ bench: $(VENV)/.installed-test
 
 pull: $(VENV)/.installed-serve
 	$(BIN)/oars pull
+
+# The store tests start throwaway PostgreSQL servers on loopback from Debian's packages.
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { $(SUDO) apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends postgresql; }
 
 # Real clients (npm packages) the suite drives; installed into clients/, nothing global.
 clients/node_modules/.installed: clients/package.json clients/package-lock.json

@@ -46,6 +46,17 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="temperature for requests that set none (default 1.0, as OpenAI)",
     )
+    serve.add_argument(
+        "--store",
+        default=_env("STORE", ""),
+        help="where responses are kept: a SQLite file path, sqlite:///PATH, postgresql://… "
+        "(shared by replicas), or 'none' (default: OARS_HOME/oars.db)",
+    )
+    serve.add_argument(
+        "--replica",
+        default=_env("REPLICA", "") or None,
+        help="this replica's name in the store (default: host:port, stable across restarts)",
+    )
     serve.add_argument("--log-level", default=_env("LOG_LEVEL", "info"))
     sub.add_parser("pull", help="download and verify the default model")
     check = sub.add_parser("check", help="run the protocol battery against any Responses server")
@@ -65,8 +76,11 @@ def _serve(args: argparse.Namespace) -> None:
 
     from oars.engines.llama import LlamaEngine
     from oars.http import create_app
+    from oars.http.app import default_replica
+    from oars.sealing import Sealer
     from oars.service import ResponsesService
-    from oars.weights import DEFAULT_MODEL, pull
+    from oars.store import SqlStore
+    from oars.weights import DEFAULT_MODEL, oars_home, pull
 
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     path, model_id = args.model, args.model_id
@@ -74,9 +88,26 @@ def _serve(args: argparse.Namespace) -> None:
         path, model_id = pull(), model_id or DEFAULT_MODEL.name
     engine = LlamaEngine(path, model_id=model_id, n_ctx=args.ctx, n_threads=args.threads,
                          tool_format=args.tool_format)  # fmt: skip
-    app = create_app(ResponsesService(engine, default_temperature=args.temperature))
-    print(f"oars: serving {engine.info.id} on http://{args.host}:{args.port}/v1", flush=True)
+    home = oars_home()
+    spec = args.store or str(home / "oars.db")
+    store = None if spec == "none" else SqlStore(spec)
+    service = ResponsesService(engine, default_temperature=args.temperature,
+                               sealer=Sealer.from_home(home))  # fmt: skip
+    replica = args.replica or default_replica(args.port)
+    app = create_app(service, store, replica=replica)
+    where = "nothing stored" if store is None else f"store {_redacted(spec)}, replica {replica}"
+    print(f"oars: serving {engine.info.id} on http://{args.host}:{args.port}/v1 ({where})",
+          flush=True)  # fmt: skip
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level.lower())
+
+
+def _redacted(spec: str) -> str:
+    """A database URL without its password."""
+    head, at, tail = spec.rpartition("@")
+    if not at or "://" not in head:
+        return spec
+    scheme, _, user = head.partition("://")
+    return f"{scheme}://{user.split(':', 1)[0]}:***@{tail}"
 
 
 def _check(args: argparse.Namespace) -> int:

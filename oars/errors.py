@@ -55,8 +55,18 @@ class ContextLengthExceeded(ClientError):
 class NotFound(ClientError):
     status = 404
 
-    def __init__(self, message: str, *, param: str | None = None):
-        super().__init__(message, param=param, code="not_found")
+    def __init__(self, message: str, *, param: str | None = None, code: str = "not_found"):
+        super().__init__(message, param=param, code=code)
+
+
+class StoreUnavailable(OarsError):
+    """The response store cannot be reached, or refused a write: 503, nothing reported stored."""
+
+    status = 503
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": str(self), "type": "server_error", "param": None,
+                          "code": "store_unavailable"}}  # fmt: skip
 
 
 class EngineError(OarsError):

@@ -40,9 +40,12 @@ class ChatMessage:
     content: str
     tool_calls: tuple[Mapping[str, Any], ...] = ()
     tool_call_id: str | None = None
+    reasoning: str = ""  # an assistant turn's reasoning, for templates that replay it
 
     def to_template(self) -> dict[str, Any]:
         out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.reasoning:
+            out["reasoning_content"] = self.reasoning
         if self.tool_calls:
             out["tool_calls"] = [dict(c) for c in self.tool_calls]
         if self.tool_call_id is not None:

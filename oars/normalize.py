@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from oars.errors import InvalidRequest, NotFound
+from oars.errors import InvalidRequest
 from oars.generation import ChatMessage, Constraint, EngineRequest, GrammarKind, SamplingParams
+from oars.ids import new_id
 from oars.tools import ToolSet, answer_or_call, echo_tools, parse_tools, resolve, tool_constraint
 
 INCLUDABLE = frozenset(
@@ -29,6 +30,7 @@ INCLUDABLE = frozenset(
     }
 )
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
+ENCRYPTED_REASONING = "reasoning.encrypted_content"
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,24 @@ class ResponseRequest:
     include_logprobs: bool = False
     tools: ToolSet = field(default_factory=lambda: ToolSet((), (), "none"))
     parallel_tool_calls: bool = True
+    input_items: tuple[dict[str, Any], ...] = ()  # the new input as items, with ids
+    instructions: str | None = None
+    store: bool = False
+    background: bool = False
+    previous_response_id: str | None = None
+    conversation_id: str | None = None
+    include_encrypted_reasoning: bool = False
+    unseal: Unseal | None = field(default=None, compare=False)
+
+    def with_context(self, items: list[dict[str, Any]]) -> ResponseRequest:
+        """The same request, its prompt rendered from these items (history, then new input)."""
+        messages = _with_system(_items(items, self.unseal), self.instructions)
+        if not messages:
+            raise _fail("Invalid 'input': it holds no message to respond to.", "input")
+        return replace(self, engine=replace(self.engine, messages=tuple(messages)))
+
+
+Unseal = Callable[[str], str]  # encrypted reasoning → its text; raises ValueError if tampered
 
 
 def _fail(message: str, param: str, code: str = "invalid_value") -> InvalidRequest:
@@ -168,13 +188,14 @@ def _function_call_output(item: Mapping[str, Any], param: str) -> ChatMessage:
     return ChatMessage(role="tool", content=text, tool_call_id=item.get("call_id"))
 
 
-def _items(raw: Any) -> list[ChatMessage]:
+def _items(raw: Any, unseal: Unseal | None = None) -> list[ChatMessage]:
     if isinstance(raw, str):
         return [ChatMessage(role="user", content=raw)]
     if not isinstance(raw, list):
         raise _fail("Invalid 'input': expected a string or an array of items.", "input",
                     "invalid_type")  # fmt: skip
     messages: list[ChatMessage] = []
+    reasoning = ""  # goes with the next assistant turn
     for i, item in enumerate(raw):
         param = f"input[{i}]"
         if not isinstance(item, dict):
@@ -185,13 +206,62 @@ def _items(raw: Any) -> list[ChatMessage]:
                         "invalid_type")  # fmt: skip
         handler = _ITEM_HANDLERS.get(kind)
         if handler is not None:
-            messages.append(handler(item, param))
+            message = handler(item, param)
+            if reasoning and message.role == "assistant":
+                message, reasoning = replace(message, reasoning=reasoning), ""
+            messages.append(message)
         elif kind == "item_reference":
-            raise NotFound(f"Item '{item.get('id')}' not found: this server stores no items.",
-                           param=f"{param}.id")  # fmt: skip
-        # Other item types of the SDK union (reasoning, hosted tool calls, ...) carry nothing a
-        # chat template can render; they are accepted and left out of the prompt.
+            if not isinstance(item.get("id"), str) or not item["id"]:
+                raise _fail(f"Invalid '{param}.id': expected an item id.", f"{param}.id")
+        elif kind == "reasoning":
+            reasoning += _reasoning_text(item, param, unseal)
+        # Other item types of the SDK union (hosted tool calls, ...) carry nothing a chat
+        # template can render; they are accepted and left out of the prompt.
     return _merge_calls(messages)
+
+
+def _reasoning_text(item: Mapping[str, Any], param: str, unseal: Unseal | None) -> str:
+    """A reasoning item's text: its `encrypted_content` (which must be ours and intact), or
+    its `reasoning_text` parts."""
+    sealed = item.get("encrypted_content")
+    if isinstance(sealed, str) and sealed and unseal is not None:
+        try:
+            return unseal(sealed)
+        except ValueError as exc:
+            raise _fail(f"Invalid '{param}.encrypted_content': it was not made by this server "
+                        "or was altered.", f"{param}.encrypted_content",
+                        "invalid_encrypted_content") from exc  # fmt: skip
+    content = item.get("content")
+    parts = content if isinstance(content, list) else []
+    return "".join(p["text"] for p in parts if isinstance(p, dict) and p.get("type") ==
+                   "reasoning_text" and isinstance(p.get("text"), str))  # fmt: skip
+
+
+_ITEM_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco",
+                "custom_tool_call": "ctc", "custom_tool_call_output": "ctco", "reasoning": "rs"}  # fmt: skip
+
+
+def canonical_input(raw: Any) -> tuple[dict[str, Any], ...]:
+    """The input as items, as they are kept and listed: a string is one user message, string
+    content becomes one text part, and every item has an id (`item_reference`s stay as they
+    are until the store resolves them). Call after `_items` has validated `raw`."""
+    items = [{"type": "message", "role": "user", "content": raw}] if isinstance(raw, str) else raw
+    out: list[dict[str, Any]] = []
+    for raw_item in items:
+        item = {"type": "message", **raw_item}
+        kind = item["type"]
+        if kind == "item_reference":
+            out.append({"type": "item_reference", "id": item["id"]})
+            continue
+        if kind == "message" and isinstance(item.get("content"), str):
+            text = item["content"]
+            part = ({"type": "output_text", "text": text, "annotations": []}
+                    if item["role"] == "assistant" else {"type": "input_text", "text": text})  # fmt: skip
+            item["content"] = [part]
+        if not isinstance(item.get("id"), str) or not item["id"]:
+            item = {"id": new_id(_ITEM_PREFIX.get(kind, "item")), **item}
+        out.append(item)
+    return tuple(out)
 
 
 _ITEM_HANDLERS = {
@@ -310,6 +380,21 @@ def _include(body: Mapping[str, Any]) -> list[str]:
     return list(include)
 
 
+def validate_items(raw: list[Any], param: str) -> None:
+    """Items as `input` takes them (400 naming the first bad one as `param[i]`)."""
+    try:
+        _items(raw)
+    except InvalidRequest as exc:
+        if exc.param is not None and exc.param.startswith("input"):
+            exc.param = param + exc.param[len("input") :]
+            exc.message = exc.message.replace("'input", f"'{param}")
+        raise
+
+
+def validate_metadata(body: Mapping[str, Any]) -> dict[str, str]:
+    return _metadata(body)
+
+
 def _metadata(body: Mapping[str, Any]) -> dict[str, str]:
     metadata = _get(body, "metadata", (dict,), "metadata") or {}
     if len(metadata) > 16:
@@ -349,16 +434,32 @@ def _sampling(body: Mapping[str, Any], default_temperature: float) -> SamplingPa
     )
 
 
-def _unsupported(body: Mapping[str, Any]) -> None:
-    if body.get("background"):
-        raise _fail("'background' responses need a response store, which this server does "
-                    "not have yet.", "background", "unsupported_value")  # fmt: skip
-    if body.get("previous_response_id") is not None:
-        raise NotFound(f"Previous response with id '{body['previous_response_id']}' not found: "
-                       "this server stores no responses.", param="previous_response_id")  # fmt: skip
-    if body.get("conversation") is not None:
-        raise NotFound("Conversation not found: this server stores no conversations.",
-                       param="conversation")  # fmt: skip
+@dataclass(frozen=True)
+class _State:
+    store: bool
+    background: bool
+    previous_response_id: str | None
+    conversation_id: str | None
+
+
+def _state(body: Mapping[str, Any], can_store: bool) -> _State:
+    """`store`, `background`, `previous_response_id`, `conversation`."""
+    store = _get(body, "store", (bool,), "store")
+    store = can_store if store is None else store and can_store
+    background = bool(_get(body, "background", (bool,), "background"))
+    if background and not store:
+        raise _fail("'background' requires 'store' to be true (and a server that stores "
+                    "responses).", "background")  # fmt: skip
+    previous = _get(body, "previous_response_id", (str,), "previous_response_id")
+    conversation = _get(body, "conversation", (str, dict), "conversation")
+    if isinstance(conversation, dict):
+        conversation = conversation.get("id")
+        if not isinstance(conversation, str):
+            raise _fail("Invalid 'conversation.id': expected a string.", "conversation.id")
+    if previous is not None and conversation is not None:
+        raise _fail("'previous_response_id' and 'conversation' cannot be used together.",
+                    "conversation")  # fmt: skip
+    return _State(store, background, previous or None, conversation or None)
 
 
 def _after_tool_output(raw_input: Any) -> bool:
@@ -415,17 +516,23 @@ def _choice(body: Mapping[str, Any], key: str, allowed: tuple[str, ...], default
     return str(value)
 
 
-def normalize(body: Any, *, served_model: str, default_temperature: float = 1.0) -> ResponseRequest:
-    """Validate a `POST /v1/responses` body; raise `InvalidRequest` naming the bad parameter."""
+def normalize(body: Any, *, served_model: str, default_temperature: float = 1.0,
+              can_store: bool = False, unseal: Unseal | None = None) -> ResponseRequest:  # fmt: skip
+    """Validate a `POST /v1/responses` body; raise `InvalidRequest` naming the bad parameter.
+
+    `can_store`: the server keeps responses (then `store` defaults to true). History is not
+    resolved here: the engine request's prompt holds the new input only, until `with_context`.
+    """
     if not isinstance(body, dict):
         raise _fail("The request body must be a JSON object.", "body", "invalid_type")
-    _unsupported(body)
+    state = _state(body, can_store)
     model = _get(body, "model", (str,), "model") or served_model
     instructions = _get(body, "instructions", (str,), "instructions")
     if body.get("input") is None:
         raise _fail("Missing required parameter: 'input'.", "input", "missing_required_parameter")
-    messages = _with_system(_items(body["input"]), instructions)
-    if not messages:
+    messages = _with_system(_items(body["input"], unseal), instructions)
+    with_history = state.previous_response_id is not None or state.conversation_id is not None
+    if not messages and not with_history and not _has_reference(body["input"]):
         raise _fail("Invalid 'input': it holds no message to respond to.", "input")
     wire_tools = _get(body, "tools", (list,), "tools") or []
     tool_choice = body.get("tool_choice", "auto")
@@ -452,7 +559,7 @@ def normalize(body: Any, *, served_model: str, default_temperature: float = 1.0)
         opening_ban=_opening_ban(after_output, toolset),
     )
     echo = {
-        "background": False,
+        "background": state.background,
         "frequency_penalty": 0.0,
         "presence_penalty": 0.0,
         "instructions": instructions,
@@ -460,12 +567,12 @@ def normalize(body: Any, *, served_model: str, default_temperature: float = 1.0)
         "max_tool_calls": _integer(body, "max_tool_calls", 1),
         "metadata": _metadata(body),
         "parallel_tool_calls": parallel,
-        "previous_response_id": None,
+        "previous_response_id": state.previous_response_id,
         "prompt_cache_key": _get(body, "prompt_cache_key", (str,), "prompt_cache_key"),
         "reasoning": reasoning,
         "safety_identifier": _get(body, "safety_identifier", (str,), "safety_identifier"),
         "service_tier": _choice(body, "service_tier", _SERVICE_TIERS, "default"),
-        "store": False,  # nothing is stored yet: say so, whatever was asked
+        "store": state.store,
         "temperature": sampling.temperature,
         "text": text_echo,
         "tool_choice": tool_choice,
@@ -475,5 +582,18 @@ def normalize(body: Any, *, served_model: str, default_temperature: float = 1.0)
         "truncation": _choice(body, "truncation", _TRUNCATIONS, "disabled"),
         "user": _get(body, "user", (str,), "user"),
     }
+    if state.conversation_id is not None:
+        echo["conversation"] = {"id": state.conversation_id}
     stream = _get(body, "stream", (bool,), "stream") or False
-    return ResponseRequest(model, stream, engine, echo, include_logprobs, toolset, parallel)
+    return ResponseRequest(
+        model, stream, engine, echo, include_logprobs, toolset, parallel,
+        input_items=canonical_input(body["input"]), instructions=instructions,
+        store=state.store, background=state.background,
+        previous_response_id=state.previous_response_id, conversation_id=state.conversation_id,
+        include_encrypted_reasoning=ENCRYPTED_REASONING in include, unseal=unseal,
+    )  # fmt: skip
+
+
+def _has_reference(raw: Any) -> bool:
+    return isinstance(raw, list) and any(
+        isinstance(i, dict) and i.get("type") == "item_reference" for i in raw)  # fmt: skip

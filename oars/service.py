@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from oars.engines import Engine, Prepared
 from oars.errors import EngineError
@@ -14,14 +13,17 @@ from oars.generation import EngineChunk, TokenLogprob, Usage
 from oars.normalize import ResponseRequest
 from oars.parsing import Segment, SegmentKind
 from oars.parsing.pipeline import output_parser
+from oars.sealing import Sealer
 
 log = logging.getLogger("oars.service")
 
 
 class ResponsesService:
-    def __init__(self, engine: Engine, *, default_temperature: float | None = None) -> None:
+    def __init__(self, engine: Engine, *, default_temperature: float | None = None,
+                 sealer: Sealer | None = None) -> None:  # fmt: skip
         self.engine = engine
         self.default_temperature = 1.0 if default_temperature is None else default_temperature
+        self.sealer = sealer  # encrypts reasoning for `include: ["reasoning.encrypted_content"]`
 
     def start(self, request: ResponseRequest) -> Run:
         """Accept a request; client errors (e.g. context length) raise here, before any byte."""
@@ -29,16 +31,15 @@ class ResponsesService:
         tools = {t.model_name: t for t in request.tools.callable}
         builder = ResponseBuilder(
             request.echo, include_logprobs=request.include_logprobs, model=request.model,
-            tools=tools,
+            tools=tools, background=request.background,
+            seal=self.sealer.seal if self.sealer and request.include_encrypted_reasoning else None,
         )  # fmt: skip
         return Run(self.engine, prepared, builder, request)
 
-    async def create(self, request: ResponseRequest) -> dict[str, Any]:
-        """Non-streaming is streaming plus collection: the same run, its final snapshot."""
-        run = self.start(request)
-        async for _ in run.events():
-            pass
-        return run.builder.response
+    def count_tokens(self, request: ResponseRequest) -> int:
+        """The input tokens the request's prompt takes (no output constraint is compiled)."""
+        engine_request = replace(request.engine, constraint=None)
+        return len(self.engine.prepare(engine_request).prompt_tokens)
 
 
 @dataclass
@@ -90,8 +91,8 @@ class Run:
         self._with_logprobs = request.include_logprobs
         self._held = _HeldText()
 
-    async def events(self) -> AsyncIterator[Event]:
-        for event in self.builder.start():
+    async def events(self) -> AsyncGenerator[Event, None]:
+        for event in self.builder.start() + self.builder.progress():
             yield event
         finish: EngineChunk | None = None
         try:
@@ -158,7 +159,15 @@ class Run:
 
     def _fail(self, message: str) -> list[Event]:
         """What the model wrote stays in the output; then `error` and `response.failed`."""
-        return self._release() + self.builder.fail(message)
+        return self.fail(message)
+
+    def fail(self, message: str, code: str = "server_error") -> list[Event]:
+        """End the response `failed` from outside (after `events()` was closed)."""
+        return self._release() + self.builder.fail(message, code)
+
+    def cancel(self) -> list[Event]:
+        """End the response `cancelled` (after `events()` was closed)."""
+        return self._release() + self.builder.cancel()
 
     def _release(self) -> list[Event]:
         held, self._held = self._held, _HeldText()

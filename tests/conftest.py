@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
+import glob
+import os
 import re
+import secrets
+import shutil
+import socket
+import subprocess
+import tempfile
+from collections.abc import Iterator
 from typing import Any
+
+import pytest
 
 _ID = re.compile(r"^(resp|msg|rs|fc|call|ctc)_[0-9a-f]{16,}$")
 
@@ -26,3 +36,72 @@ def normalize_ids(value: Any, names: dict[str, str] | None = None) -> Any:
             names[value] = f"<{prefix}_{count}>"
         return names[value]
     return value
+
+
+# ---- a real PostgreSQL server for the store tests -----------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _pg_bin(name: str) -> str:
+    found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
+    if not found:
+        pytest.fail("PostgreSQL is not installed: `make test` installs Debian's postgresql")
+    return found[-1]
+
+
+def _as_postgres(cmd: list[str]) -> list[str]:
+    """PostgreSQL refuses to run as root: there, run it as Debian's `postgres` user."""
+    return ["runuser", "-u", "postgres", "--", *cmd] if os.geteuid() == 0 else cmd
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str]:
+    """A throwaway PostgreSQL on loopback, for the session: its base URL (no database)."""
+    data = tempfile.mkdtemp(prefix="oars-pg-")
+    if os.geteuid() == 0:
+        shutil.chown(data, "postgres", "postgres")
+    port = free_port()
+    subprocess.run(_as_postgres([_pg_bin("initdb"), "-D", data, "-A", "trust", "-U", "oars"]),
+                   check=True, capture_output=True)  # fmt: skip
+    options = f"-p {port} -k {data} -c listen_addresses=127.0.0.1 -c fsync=off"
+    subprocess.run(_as_postgres([_pg_bin("pg_ctl"), "-D", data, "-o", options, "-l",
+                                 f"{data}/log", "-w", "start"]), check=True, capture_output=True)  # fmt: skip
+    try:
+        yield f"postgresql://oars@127.0.0.1:{port}"
+    finally:
+        subprocess.run(_as_postgres([_pg_bin("pg_ctl"), "-D", data, "-m", "immediate", "stop"]),
+                       check=False, capture_output=True)  # fmt: skip
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def new_database(server: str) -> str:
+    """A fresh, empty database on the server: its URL."""
+    import asyncio
+
+    import asyncpg
+
+    name = f"t_{secrets.token_hex(6)}"
+
+    async def create() -> None:
+        conn = await asyncpg.connect(f"{server}/postgres")
+        try:
+            await conn.execute(f"CREATE DATABASE {name}")
+        finally:
+            await conn.close()
+
+    asyncio.run(create())
+    return f"{server}/{name}"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: object) -> str:
+    """Each store test runs on a real SQLite file and on a real PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/oars.db"
+    server: str = request.getfixturevalue("postgres_server")
+    return new_database(server)

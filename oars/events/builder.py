@@ -13,27 +13,28 @@ Only this class assigns `output_index` (when an item opens), `content_index` (pe
 `sequence_number` (through `_emit`) and ids. At most one item is open at a time. The snapshot in
 the terminal event is `self.response`, built from the same item state the events came from, so the
 stream and the final object cannot disagree.
+
+A response in the background starts `queued` (`response.created`, `response.queued`) and moves to
+`in_progress` when its generation starts. Cancelled, the open item closes `incomplete` and the
+stream ends with `response.cancelled` (status `cancelled`): the SDKs define no event for it, and a
+reader of a resumed stream needs a last event to know the response will not go on.
 """
 
 from __future__ import annotations
 
 import json
-import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from oars.generation import FinishReason, TokenLogprob, Usage
+from oars.ids import new_id
 from oars.parsing import Segment, SegmentKind
 from oars.parsing.jsonfield import StringField
 from oars.tools import Tool
 
 Event = dict[str, Any]
-
-
-def new_id(prefix: str) -> str:
-    return f"{prefix}_{secrets.token_hex(24)}"
 
 
 def stream_logprob(lp: TokenLogprob) -> dict[str, Any]:
@@ -89,6 +90,7 @@ class _Item:
     field: StringField | None = None  # custom calls: decodes `input` out of the arguments
     streamed: str = ""  # custom calls: the input sent in deltas so far
     phase: str = ""  # messages: commentary or final_answer, where the model family marks it
+    encrypted: str | None = None  # reasoning: the sealed text, when the request asked for it
 
     def wire(self) -> dict[str, Any]:
         return _ITEM_WIRE[self.type](self)
@@ -112,7 +114,7 @@ def _reasoning_wire(item: _Item) -> dict[str, Any]:
         "status": item.status,
         "summary": [],
         "content": [p.wire() for p in item.parts],
-        "encrypted_content": None,
+        "encrypted_content": item.encrypted,
     }
 
 
@@ -153,7 +155,8 @@ class ResponseBuilder:
 
     def __init__(
         self, echo: Mapping[str, Any], *, include_logprobs: bool = False, model: str,
-        tools: Mapping[str, Tool] | None = None,
+        tools: Mapping[str, Tool] | None = None, background: bool = False,
+        seal: Callable[[str], str] | None = None,
     ) -> None:  # fmt: skip
         self.id = new_id("resp")
         self.created_at = int(time.time())
@@ -165,7 +168,8 @@ class ResponseBuilder:
         self._items: list[_Item] = []
         self._open: _Item | None = None
         self._pending_space: list[tuple[str, tuple[TokenLogprob, ...]]] = []
-        self.status = "in_progress"
+        self.status = "queued" if background else "in_progress"
+        self._seal = seal
         self._usage: Usage | None = None
         self._error: dict[str, Any] | None = None
         self._incomplete_reason: str | None = None
@@ -200,10 +204,24 @@ class ResponseBuilder:
         return event
 
     def start(self) -> list[Event]:
-        return [
-            self._emit("response.created", response=self.response),
-            self._emit("response.in_progress", response=self.response),
-        ]
+        created = self._emit("response.created", response=self.response)
+        if self.status == "queued":
+            return [created, self._emit("response.queued", response=self.response)]
+        return [created, self._emit("response.in_progress", response=self.response)]
+
+    def progress(self) -> list[Event]:
+        """A queued response's generation starts."""
+        if self.status != "queued":
+            return []
+        self.status = "in_progress"
+        return [self._emit("response.in_progress", response=self.response)]
+
+    def cancel(self) -> list[Event]:
+        """Stopped on request: what was written stays, the open item closes `incomplete`."""
+        events = self._close("incomplete")
+        self.status = "cancelled"
+        events.append(self._emit("response.cancelled", response=self.response))
+        return events
 
     def add(self, segment: Segment, logprobs: tuple[TokenLogprob, ...] = ()) -> list[Event]:
         """Apply one parsed segment of model output."""
@@ -377,6 +395,8 @@ class ResponseBuilder:
             return []
         events = self._close_call(item) if not item.parts else self._close_part(item)
         item.status = status
+        if item.type == "reasoning" and self._seal is not None:
+            item.encrypted = self._seal("".join(p.text for p in item.parts))
         events.append(
             self._emit(
                 "response.output_item.done", output_index=item.output_index, item=item.wire()

@@ -1,128 +1,135 @@
-"""Routes: `POST /v1/responses`, `GET /v1/models`, `GET /health`."""
+"""The app: routes, error handlers and the request-id middleware (the only web-framework code).
+
+Route handlers are module-level functions; what they share (the runs, the store) is on
+`app.state.oars`. Handlers for responses are in `oars.http.responses`, conversations in
+`oars.http.conversations`.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import json
 import logging
 import secrets
+import socket
 import time
-from typing import Any
+from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from oars.errors import ClientError, EngineError, InvalidRequest
-from oars.http.sse import encode_stream
-from oars.normalize import normalize
-from oars.service import ResponsesService, Run
+from oars.errors import ClientError, EngineError, StoreUnavailable
+from oars.http import conversations, responses
+from oars.http.common import Shared, error, shared
+from oars.runs import Runs
+from oars.service import ResponsesService
+from oars.store import Store
 
 log = logging.getLogger("oars.http")
 
-_SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+async def list_models(request: Request) -> Response:
+    oars = shared(request)
+    model = {"id": oars.service.engine.info.id, "object": "model", "created": oars.started,
+             "owned_by": "oars"}  # fmt: skip
+    return JSONResponse({"object": "list", "data": [model]})
 
 
-def _error(status: int, message: str, type_: str, code: str | None, param: str | None = None
-           ) -> JSONResponse:  # fmt: skip
-    body = {"error": {"message": message, "type": type_, "param": param, "code": code}}
-    return JSONResponse(body, status_code=status)
+async def health(request: Request) -> Response:
+    oars = shared(request)
+    engine = oars.service.engine
+    return JSONResponse({"status": "ok", "model": engine.info.id, "busy": engine.busy,
+                         "running": len(oars.runs.active)})  # fmt: skip
 
 
-async def _read_json(request: Request) -> Any:
-    raw = await request.body()
-    try:
-        return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
-        raise InvalidRequest(
-            f"The request body is not valid JSON: {exc}", param=None, code="invalid_json"
-        ) from exc
+async def _client_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ClientError)
+    return JSONResponse(exc.body(), status_code=exc.status)
 
 
-async def _finish_unless_disconnected(run: Run, request: Request) -> bool:
-    """Run a non-streamed generation to its end, or stop it when the client goes away."""
-
-    async def drain() -> None:
-        async for _ in run.events():
-            pass
-
-    async def disconnected() -> None:
-        while (await request.receive())["type"] != "http.disconnect":
-            pass
-
-    generation, watch = asyncio.create_task(drain()), asyncio.create_task(disconnected())
-    await asyncio.wait((generation, watch), return_when=asyncio.FIRST_COMPLETED)
-    watch.cancel()
-    if generation.done():
-        generation.result()  # re-raise what broke it
-        return True
-    generation.cancel()  # closes the engine's stream, which stops the generation
-    with contextlib.suppress(asyncio.CancelledError):
-        await generation
-    log.info("client disconnected; generation stopped")
-    return False
+async def _engine_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, EngineError)
+    log.error("engine error before streaming: %s", exc)
+    return JSONResponse(exc.body(), status_code=exc.status)
 
 
-def create_app(service: ResponsesService) -> Starlette:
-    started = int(time.time())
+async def _store_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StoreUnavailable)
+    log.error("%s %s: %s", request.method, request.url.path, exc)
+    return JSONResponse(exc.body(), status_code=exc.status)
 
-    async def create_response(request: Request) -> Response:
-        body = await _read_json(request)
-        req = normalize(body, served_model=service.engine.info.id,
-                        default_temperature=service.default_temperature)  # fmt: skip
-        run = await asyncio.to_thread(service.start, req)
-        if req.stream:
-            return StreamingResponse(
-                encode_stream(run.events()), media_type="text/event-stream", headers=_SSE_HEADERS
-            )
-        if not await _finish_unless_disconnected(run, request):
-            return Response(status_code=499)  # nobody is listening; the engine has stopped
-        response = run.builder.response
-        if response["status"] == "failed":
-            return _error(500, response["error"]["message"], "server_error", "server_error")
-        return JSONResponse(response)
 
-    async def list_models(request: Request) -> Response:
-        model = {"id": service.engine.info.id, "object": "model", "created": started,
-                 "owned_by": "oars"}  # fmt: skip
-        return JSONResponse({"object": "list", "data": [model]})
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+    message = f"{request.method} {request.url.path}: {exc.detail}"
+    return error(exc.status_code, message, "invalid_request_error", code)
 
-    async def health(request: Request) -> Response:
-        engine = service.engine
-        return JSONResponse({"status": "ok", "model": engine.info.id, "busy": engine.busy})
 
-    async def client_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, ClientError)
-        return JSONResponse(exc.body(), status_code=exc.status)
+async def _server_error(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error", exc_info=exc)
+    return error(500, "internal server error", "server_error", "server_error")
 
-    async def engine_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, EngineError)
-        log.error("engine error before streaming: %s", exc)
-        return JSONResponse(exc.body(), status_code=exc.status)
 
-    async def http_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, HTTPException)
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
-        message = f"{request.method} {request.url.path}: {exc.detail}"
-        return _error(exc.status_code, message, "invalid_request_error", code)
+ROUTES = [
+    Route("/v1/responses", responses.create, methods=["POST"]),
+    Route("/v1/responses/input_tokens", responses.input_tokens, methods=["POST"]),
+    Route("/v1/responses/{response_id}", responses.retrieve, methods=["GET"]),
+    Route("/v1/responses/{response_id}", responses.delete, methods=["DELETE"]),
+    Route("/v1/responses/{response_id}/cancel", responses.cancel, methods=["POST"]),
+    Route("/v1/responses/{response_id}/input_items", responses.input_items, methods=["GET"]),
+    Route("/v1/conversations", conversations.create, methods=["POST"]),
+    Route("/v1/conversations/{conversation_id}", conversations.retrieve, methods=["GET"]),
+    Route("/v1/conversations/{conversation_id}", conversations.update, methods=["POST"]),
+    Route("/v1/conversations/{conversation_id}", conversations.delete, methods=["DELETE"]),
+    Route("/v1/conversations/{conversation_id}/items", conversations.list_items, methods=["GET"]),
+    Route("/v1/conversations/{conversation_id}/items", conversations.add_items, methods=["POST"]),
+    Route(
+        "/v1/conversations/{conversation_id}/items/{item_id}",
+        conversations.get_item,
+        methods=["GET"],
+    ),
+    Route(
+        "/v1/conversations/{conversation_id}/items/{item_id}",
+        conversations.delete_item,
+        methods=["DELETE"],
+    ),
+    Route("/v1/models", list_models, methods=["GET"]),
+    Route("/health", health, methods=["GET"]),
+]
 
-    async def server_error(request: Request, exc: Exception) -> Response:
-        log.exception("unhandled error", exc_info=exc)
-        return _error(500, "internal server error", "server_error", "server_error")
 
-    routes = [
-        Route("/v1/responses", create_response, methods=["POST"]),
-        Route("/v1/models", list_models, methods=["GET"]),
-        Route("/health", health, methods=["GET"]),
-    ]
+def default_replica(port: int | None = None) -> str:
+    """A replica's name: stable across restarts of the same server, so that on startup it can
+    fail what it left unfinished."""
+    return (
+        f"{socket.gethostname()}:{port}" if port is not None else f"replica-{secrets.token_hex(6)}"
+    )
 
-    handlers = {ClientError: client_error, EngineError: engine_error, HTTPException: http_error,
-                Exception: server_error}  # fmt: skip
-    app = Starlette(routes=routes, exception_handlers=handlers)  # type: ignore[arg-type]
+
+def create_app(service: ResponsesService, store: Store | None = None, *,
+               replica: str | None = None, lease_seconds: float = 10.0) -> Starlette:  # fmt: skip
+    """`store` None: nothing is kept (`store` is echoed false; stored-state endpoints 404)."""
+    runs = Runs(service, store, replica=replica or default_replica(), lease_seconds=lease_seconds)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await runs.open()
+        try:
+            yield
+        finally:
+            await runs.close()
+            if store is not None:
+                await store.close()
+
+    handlers = {ClientError: _client_error, EngineError: _engine_error,
+                StoreUnavailable: _store_error, HTTPException: _http_error,
+                Exception: _server_error}  # fmt: skip
+    app = Starlette(routes=ROUTES, exception_handlers=handlers, lifespan=lifespan)  # type: ignore[arg-type]
+    app.state.oars = Shared(service, runs, store, int(time.time()))
     app.add_middleware(RequestId)
     return app
 

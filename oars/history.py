@@ -1,0 +1,87 @@
+"""History as items: a request's conversation, previous response and item references, resolved
+from the store before anything is rendered for the model.
+
+The prompt is the conversation's items, then the previous response's input and output, then the
+new input (with `item_reference`s replaced by the items they name). What is kept as the new
+response's input is the same minus the conversation, which keeps its own items.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from oars.errors import NotFound
+from oars.normalize import ResponseRequest
+from oars.store import Json, Store
+
+
+@dataclass(frozen=True)
+class History:
+    request: ResponseRequest  # its engine request rendered from the whole context
+    stored_input: tuple[Json, ...]  # kept as the response's input items
+    new_input: tuple[Json, ...]  # what this request added (appended to its conversation)
+    conversation_id: str | None = None
+
+    def conversation_items(self, snapshot: Json) -> list[Json]:
+        """Appended to the conversation when the response ends: new input, then output."""
+        if self.conversation_id is None:
+            return []
+        return [*self.new_input, *snapshot["output"]]
+
+
+async def resolve(request: ResponseRequest, store: Store | None) -> History:
+    """The request with its whole context; 404 for an unknown response, conversation or item."""
+    earlier: list[Json] = []
+    if request.previous_response_id is not None:
+        earlier = await _previous(request.previous_response_id, store)
+    conversation: list[Json] = []
+    if request.conversation_id is not None:
+        conversation = await _conversation(request.conversation_id, store)
+    new_input = await _references(request.input_items, store)
+    stored = (*earlier, *new_input)
+    context = [*conversation, *stored]
+    rendered = request.with_context(context) if earlier or conversation or (
+        new_input != request.input_items) else request  # fmt: skip
+    return History(rendered, stored, new_input, request.conversation_id)
+
+
+def _no_store(param: str, what: str) -> NotFound:
+    return NotFound(f"{what} not found: this server keeps no stored state.", param=param)
+
+
+async def _previous(response_id: str, store: Store | None) -> list[Json]:
+    if store is None:
+        raise _no_store("previous_response_id", f"Previous response with id '{response_id}'")
+    context = await store.context(response_id)
+    if context is None:
+        raise NotFound(f"Previous response with id '{response_id}' not found.",
+                       param="previous_response_id", code="previous_response_not_found")  # fmt: skip
+    return context
+
+
+async def _conversation(conversation_id: str, store: Store | None) -> list[Json]:
+    if store is None:
+        raise _no_store("conversation", f"Conversation with id '{conversation_id}'")
+    page = await store.conversation_items(conversation_id)
+    if page is None:
+        raise NotFound(f"Conversation with id '{conversation_id}' not found.",
+                       param="conversation")  # fmt: skip
+    return page.items
+
+
+async def _references(items: Sequence[Json], store: Store | None) -> tuple[Json, ...]:
+    wanted = [str(i["id"]) for i in items if i.get("type") == "item_reference"]
+    if not wanted:
+        return tuple(items)
+    found = await store.find_items(wanted) if store is not None else {}
+    resolved: list[Json] = []
+    for position, item in enumerate(items):
+        if item.get("type") != "item_reference":
+            resolved.append(item)
+        elif item["id"] in found:
+            resolved.append(found[item["id"]])
+        else:
+            raise NotFound(f"Item with id '{item['id']}' not found.",
+                           param=f"input[{position}].id")  # fmt: skip
+    return tuple(resolved)

@@ -1,0 +1,88 @@
+"""What the route modules share: the app's state, JSON bodies, query parameters, list pages."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from oars.errors import InvalidRequest, NotFound
+from oars.runs import Runs
+from oars.service import ResponsesService
+from oars.store import Page, Store
+
+
+@dataclass
+class Shared:
+    """What every handler may use."""
+
+    service: ResponsesService
+    runs: Runs
+    store: Store | None
+    started: int
+
+
+def shared(request: Request) -> Shared:
+    state: Shared = request.app.state.oars
+    return state
+
+
+def store_of(request: Request) -> Store:
+    store = shared(request).store
+    if store is None:
+        raise NotFound("This server keeps no stored state (it runs without a store).")
+    return store
+
+
+def error(status: int, message: str, type_: str, code: str | None, param: str | None = None
+          ) -> JSONResponse:  # fmt: skip
+    body = {"error": {"message": message, "type": type_, "param": param, "code": code}}
+    return JSONResponse(body, status_code=status)
+
+
+async def read_json(request: Request) -> Any:
+    raw = await request.body()
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise InvalidRequest(
+            f"The request body is not valid JSON: {exc}", param=None, code="invalid_json"
+        ) from exc
+
+
+def query_int(request: Request, name: str, default: int, lo: int, hi: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = lo - 1
+    if not lo <= value <= hi:
+        raise InvalidRequest(f"Invalid '{name}': expected an integer from {lo} to {hi}.",
+                             param=name)  # fmt: skip
+    return value
+
+
+def query_choice(request: Request, name: str, allowed: tuple[str, ...], default: str) -> str:
+    value = request.query_params.get(name, default)
+    if value not in allowed:
+        raise InvalidRequest(f"Invalid '{name}': expected one of {', '.join(allowed)}.",
+                             param=name)  # fmt: skip
+    return value
+
+
+def list_page(request: Request, default_order: str = "desc") -> dict[str, Any]:
+    """`after`, `limit` (1-100, default 20) and `order` of a list endpoint."""
+    return {"after": request.query_params.get("after"),
+            "limit": query_int(request, "limit", 20, 1, 100),
+            "order": query_choice(request, "order", ("asc", "desc"), default_order)}  # fmt: skip
+
+
+def page_wire(page: Page) -> dict[str, Any]:
+    data = page.items
+    return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
+            "last_id": data[-1]["id"] if data else None, "has_more": page.has_more}  # fmt: skip

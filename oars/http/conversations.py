@@ -1,0 +1,124 @@
+"""`/v1/conversations`: a conversation is an ordered list of items that responses add to."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from oars.errors import InvalidRequest, NotFound
+from oars.http.common import list_page, page_wire, read_json, store_of
+from oars.ids import new_id
+from oars.normalize import canonical_input, validate_items, validate_metadata
+from oars.store import Conversation, Page
+
+_MAX_ITEMS = 20  # per create or add call, as OpenAI
+
+
+def _items(body: dict[str, Any], *, required: bool) -> tuple[dict[str, Any], ...]:
+    raw = body.get("items")
+    if raw is None and not required:
+        return ()
+    if not isinstance(raw, list) or (required and not raw) or len(raw) > _MAX_ITEMS:
+        raise InvalidRequest(f"Invalid 'items': expected an array of 1 to {_MAX_ITEMS} items.",
+                             param="items")  # fmt: skip
+    validate_items(raw, "items")
+    if any(i.get("type") == "item_reference" for i in raw):
+        raise InvalidRequest("Invalid 'items': an item_reference cannot be added to a "
+                             "conversation.", param="items")  # fmt: skip
+    return canonical_input(raw)
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    body = await read_json(request)
+    if not isinstance(body, dict):
+        raise InvalidRequest("The request body must be a JSON object.", param=None,
+                             code="invalid_type")  # fmt: skip
+    return body
+
+
+def _missing(conversation_id: str) -> NotFound:
+    return NotFound(f"Conversation with id '{conversation_id}' not found.",
+                    param="conversation_id")  # fmt: skip
+
+
+async def create(request: Request) -> Response:
+    store = store_of(request)
+    body = await _body(request)
+    conversation = Conversation(new_id("conv"), int(time.time()), validate_metadata(body))
+    await store.create_conversation(conversation, _items(body, required=False))
+    return JSONResponse(conversation.wire())
+
+
+async def retrieve(request: Request) -> Response:
+    conversation_id = request.path_params["conversation_id"]
+    conversation = await store_of(request).get_conversation(conversation_id)
+    if conversation is None:
+        raise _missing(conversation_id)
+    return JSONResponse(conversation.wire())
+
+
+async def update(request: Request) -> Response:
+    conversation_id = request.path_params["conversation_id"]
+    body = await _body(request)
+    if "metadata" not in body:
+        raise InvalidRequest("Missing required parameter: 'metadata'.", param="metadata",
+                             code="missing_required_parameter")  # fmt: skip
+    updated = await store_of(request).update_conversation(conversation_id,
+                                                          validate_metadata(body))  # fmt: skip
+    if updated is None:
+        raise _missing(conversation_id)
+    return JSONResponse(updated.wire())
+
+
+async def delete(request: Request) -> Response:
+    conversation_id = request.path_params["conversation_id"]
+    if not await store_of(request).delete_conversation(conversation_id):
+        raise _missing(conversation_id)
+    return JSONResponse({"id": conversation_id, "object": "conversation.deleted",
+                         "deleted": True})  # fmt: skip
+
+
+async def list_items(request: Request) -> Response:
+    conversation_id = request.path_params["conversation_id"]
+    page = await store_of(request).conversation_items(conversation_id, **list_page(request))
+    if page is None:
+        raise _missing(conversation_id)
+    return JSONResponse(page_wire(page))
+
+
+async def add_items(request: Request) -> Response:
+    conversation_id = request.path_params["conversation_id"]
+    items = _items(await _body(request), required=True)
+    if not await store_of(request).add_conversation_items(conversation_id, items):
+        raise _missing(conversation_id)
+    return JSONResponse(page_wire(Page(list(items), False)))
+
+
+async def get_item(request: Request) -> Response:
+    conversation_id, item_id = (
+        request.path_params["conversation_id"],
+        request.path_params["item_id"],
+    )
+    item = await store_of(request).get_conversation_item(conversation_id, item_id)
+    if item is None:
+        raise NotFound(f"Item with id '{item_id}' not found in conversation "
+                       f"'{conversation_id}'.", param="item_id")  # fmt: skip
+    return JSONResponse(item)
+
+
+async def delete_item(request: Request) -> Response:
+    conversation_id, item_id = (
+        request.path_params["conversation_id"],
+        request.path_params["item_id"],
+    )
+    store = store_of(request)
+    if not await store.delete_conversation_item(conversation_id, item_id):
+        raise NotFound(f"Item with id '{item_id}' not found in conversation "
+                       f"'{conversation_id}'.", param="item_id")  # fmt: skip
+    conversation = await store.get_conversation(conversation_id)
+    if conversation is None:
+        raise _missing(conversation_id)
+    return JSONResponse(conversation.wire())

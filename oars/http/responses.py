@@ -1,0 +1,149 @@
+"""`/v1/responses` and its stored-state routes: every handler reads a run, none owns one."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from oars.errors import InvalidRequest, NotFound
+from oars.events import Event
+from oars.history import resolve
+from oars.http.common import list_page, page_wire, query_int, read_json, shared, store_of
+from oars.http.sse import encode_stream
+from oars.normalize import INCLUDABLE, ResponseRequest, normalize
+from oars.runs import RunHandle
+
+log = logging.getLogger("oars.http")
+
+_SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def _sse(events: AsyncIterator[Event]) -> StreamingResponse:
+    return StreamingResponse(encode_stream(events), media_type="text/event-stream",
+                             headers=_SSE_HEADERS)  # fmt: skip
+
+
+async def _request(request: Request) -> ResponseRequest:
+    oars = shared(request)
+    service = oars.service
+    return normalize(await read_json(request), served_model=service.engine.info.id,
+                     default_temperature=service.default_temperature,
+                     can_store=oars.store is not None,
+                     unseal=service.sealer.unseal if service.sealer else None)  # fmt: skip
+
+
+async def create(request: Request) -> Response:
+    req = await _request(request)
+    handle = await shared(request).runs.submit(req)
+    if req.stream:
+        return _sse(_read(handle, owns=not req.background))
+    if req.background:
+        return JSONResponse(handle.snapshot)
+    if not await _finish_unless_disconnected(handle, request):
+        return Response(status_code=499)  # nobody is listening; the engine has stopped
+    response = handle.snapshot
+    if response["status"] == "failed":
+        status = 503 if response["error"]["code"] == "store_unavailable" else 500
+        code = response["error"]["code"]
+        body = {"error": {"message": response["error"]["message"], "type": "server_error",
+                          "param": None, "code": code}}  # fmt: skip
+        return JSONResponse(body, status_code=status)
+    return JSONResponse(response)
+
+
+async def _read(handle: RunHandle, after: int = -1, *, owns: bool) -> AsyncIterator[Event]:
+    """A reader of the run's log; one that owns the run stops it when the client goes away."""
+    try:
+        async for event in handle.events(after):
+            yield event
+    finally:
+        if owns and not handle.done:
+            log.info("client disconnected; generation stopped")
+            handle.cancel()
+
+
+async def _finish_unless_disconnected(handle: RunHandle, request: Request) -> bool:
+    """Wait for a non-streamed run to end, or stop it when the client goes away."""
+
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    result, watch = asyncio.ensure_future(handle.result()), asyncio.create_task(disconnected())
+    await asyncio.wait((result, watch), return_when=asyncio.FIRST_COMPLETED)
+    watch.cancel()
+    if result.done():
+        result.result()
+        return True
+    handle.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await result
+    log.info("client disconnected; generation stopped")
+    return False
+
+
+def _include(request: Request) -> None:
+    for i, value in enumerate(request.query_params.getlist("include[]") +
+                              request.query_params.getlist("include")):  # fmt: skip
+        if value not in INCLUDABLE:
+            raise InvalidRequest(f"Invalid 'include[{i}]': unknown value {value!r}.",
+                                 param=f"include[{i}]")  # fmt: skip
+
+
+async def retrieve(request: Request) -> Response:
+    response_id = request.path_params["response_id"]
+    _include(request)
+    runs = shared(request).runs
+    stored = await runs.get(response_id)
+    stream = request.query_params.get("stream", "false").lower()
+    if stream not in ("true", "false"):
+        raise InvalidRequest("Invalid 'stream': expected true or false.", param="stream")
+    if stream == "false":
+        return JSONResponse(stored.snapshot)
+    if not stored.streamed:
+        raise InvalidRequest("This response was neither streamed nor run in the background: it "
+                             "has no events to stream.", param="stream")  # fmt: skip
+    after = query_int(request, "starting_after", -1, -1, 2**31 - 1)
+    return _sse(runs.follow(response_id, after))
+
+
+async def delete(request: Request) -> Response:
+    response_id = request.path_params["response_id"]
+    oars = shared(request)
+    handle = oars.runs.active.get(response_id)
+    if handle is not None:
+        handle.cancel()
+        await handle.result()
+    if not await store_of(request).delete(response_id):
+        raise NotFound(f"Response with id '{response_id}' not found.", param="response_id")
+    return JSONResponse({"id": response_id, "object": "response", "deleted": True})
+
+
+async def cancel(request: Request) -> Response:
+    store_of(request)
+    snapshot = await shared(request).runs.cancel(request.path_params["response_id"])
+    return JSONResponse(snapshot)
+
+
+async def input_items(request: Request) -> Response:
+    response_id = request.path_params["response_id"]
+    _include(request)
+    page = await store_of(request).input_items(response_id, **list_page(request))
+    if page is None:
+        raise NotFound(f"Response with id '{response_id}' not found.", param="response_id")
+    return JSONResponse(page_wire(page))
+
+
+async def input_tokens(request: Request) -> Response:
+    oars = shared(request)
+    req = await _request(request)
+    history = await resolve(req, oars.store)
+    count = await asyncio.to_thread(oars.service.count_tokens, history.request)
+    body: dict[str, Any] = {"object": "response.input_tokens", "input_tokens": count}
+    return JSONResponse(body)

@@ -1,0 +1,301 @@
+"""Runs that outlive their readers.
+
+`Runs.submit(request)` resolves the request's history from the store, keeps the new response,
+and starts one producer task that drives the generation and appends every event to an
+`EventLog`. Readers (the SSE response, the non-streamed response, a resumed `GET`) follow the log
+from any sequence number; none of them owns the generation. A streamed response that is not in
+the background is cancelled when its reader goes away; a background one runs on.
+
+The producer writes the log to the store in small batches as it goes, and the final snapshot,
+output items and last events in one transaction at the end. A heartbeat keeps this replica's
+leases alive, carries cancels asked for on other replicas, and fails the runs of dead replicas.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from oars.errors import NotFound, StoreUnavailable
+from oars.events import Event
+from oars.history import History, resolve
+from oars.normalize import ResponseRequest
+from oars.service import ResponsesService, Run
+from oars.store import Finished, NewResponse, Store, StoredResponse
+
+log = logging.getLogger("oars.runs")
+
+TERMINAL_EVENTS = frozenset(
+    {"response.completed", "response.incomplete", "response.failed", "response.cancelled"}
+)
+_FLUSH_SECONDS = 0.1
+
+
+class EventLog:
+    """The ordered events of one response; readers wait for more until it is closed."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self.closed = False
+        self._changed = asyncio.Event()
+
+    def append(self, events: list[Event]) -> None:
+        self.events.extend(events)
+        self._wake()
+
+    def close(self) -> None:
+        self.closed = True
+        self._wake()
+
+    def _wake(self) -> None:
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def follow(self, after: int = -1) -> AsyncIterator[Event]:
+        """Events with `sequence_number > after`, live until the log closes."""
+        position = after + 1  # sequence numbers are the log's positions
+        while True:
+            changed = self._changed
+            while position < len(self.events):
+                yield self.events[position]
+                position += 1
+            if self.closed:
+                return
+            await changed.wait()
+
+
+class RunHandle:
+    """One response being produced: its log, its final snapshot, and a way to stop it."""
+
+    def __init__(self, request: ResponseRequest, run: Run, history: History) -> None:
+        self.request, self.run, self.history = request, run, history
+        self.id: str = run.builder.id
+        self.log = EventLog()
+        self.task: asyncio.Task[None] | None = None
+        self.cancel_requested = False
+
+    @property
+    def snapshot(self) -> dict[str, Any]:
+        return self.run.builder.response
+
+    @property
+    def done(self) -> bool:
+        return self.log.closed
+
+    def events(self, after: int = -1) -> AsyncIterator[Event]:
+        return self.log.follow(after)
+
+    async def result(self) -> dict[str, Any]:
+        """The final snapshot, once the producer has ended (and stored it)."""
+        assert self.task is not None
+        await asyncio.shield(self.task)
+        return self.snapshot
+
+    def cancel(self) -> None:
+        if self.task is not None and not self.task.done() and not self.cancel_requested:
+            self.cancel_requested = True
+            self.task.cancel()
+
+
+class Runs:
+    """Every run of this replica, and the store they are kept in (None: nothing is kept)."""
+
+    def __init__(self, service: ResponsesService, store: Store | None, *, replica: str,
+                 lease_seconds: float = 10.0) -> None:  # fmt: skip
+        self.service, self.store, self.replica = service, store, replica
+        self.lease_seconds = lease_seconds
+        self.active: dict[str, RunHandle] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._heartbeat: asyncio.Task[None] | None = None
+
+    # ---- lifecycle ------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Fail what this replica left unfinished when it last stopped; start the heartbeat."""
+        if self.store is None:
+            return
+        await self.store.open()
+        orphans = await self.store.fail_orphans(owner=self.replica)
+        if orphans:
+            log.warning("failed %d responses left unfinished by the last run: %s",
+                        len(orphans), ", ".join(orphans))  # fmt: skip
+        self._heartbeat = asyncio.create_task(self._beat())
+
+    async def close(self) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+        for handle in list(self.active.values()):
+            handle.cancel()
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=10)
+
+    async def _beat(self) -> None:
+        assert self.store is not None
+        while True:
+            await asyncio.sleep(self.lease_seconds / 4)
+            try:
+                ids = [h.id for h in self.active.values() if h.request.store]
+                wanted = await self.store.heartbeat(self.replica, ids,
+                                                    lease_seconds=self.lease_seconds)  # fmt: skip
+                for response_id in wanted:
+                    if response_id in self.active:
+                        self.active[response_id].cancel()
+                orphans = await self.store.fail_orphans(owner=None)
+                if orphans:
+                    log.warning("failed responses of a replica that stopped: %s", orphans)
+            except StoreUnavailable as exc:
+                log.warning("heartbeat: %s", exc)
+
+    # ---- submitting ---------------------------------------------------------------------
+
+    async def submit(self, request: ResponseRequest) -> RunHandle:
+        """Resolve history, keep the response, start producing. Errors here come before any
+        byte of the response: client errors are 4xx, a store that is down is a 503."""
+        history = await resolve(request, self.store)
+        run = await asyncio.to_thread(self.service.start, history.request)
+        handle = RunHandle(request, run, history)
+        if request.store:
+            assert self.store is not None
+            stored = StoredResponse(handle.snapshot, background=request.background,
+                                    streamed=request.stream or request.background,
+                                    owner=self.replica)  # fmt: skip
+            new = NewResponse(stored, history.stored_input, history.conversation_id)
+            await self.store.begin(new, lease_seconds=self.lease_seconds)
+        handle.task = asyncio.create_task(self._produce(handle), name=f"run {handle.id}")
+        self._tasks.add(handle.task)
+        handle.task.add_done_callback(self._tasks.discard)
+        self.active[handle.id] = handle
+        return handle
+
+    async def _produce(self, handle: RunHandle) -> None:
+        logged = _Persisted(self.store if handle.request.store else None, handle)
+        events = handle.run.events()
+        try:
+            async for event in events:
+                handle.log.append([event])
+                await logged.flush_if_due()
+        except asyncio.CancelledError:
+            _uncancel()
+            await events.aclose()
+            handle.log.append(handle.run.cancel())
+        except StoreUnavailable as exc:
+            await events.aclose()
+            log.error("response %s: %s", handle.id, exc)
+            handle.log.append(handle.run.fail(str(exc), code="store_unavailable"))
+        try:
+            await logged.finish()
+        except StoreUnavailable as exc:
+            log.error("response %s could not be stored: %s", handle.id, exc)
+        finally:
+            handle.log.close()
+            self.active.pop(handle.id, None)
+
+    # ---- reading ------------------------------------------------------------------------
+
+    async def get(self, response_id: str) -> StoredResponse:
+        handle = self.active.get(response_id)
+        if handle is not None and handle.request.store:
+            r = handle.request
+            return StoredResponse(handle.snapshot, background=r.background,
+                                  streamed=r.stream or r.background, owner=self.replica)  # fmt: skip
+        stored = await self.store.get(response_id) if self.store is not None else None
+        if stored is None:
+            raise NotFound(f"Response with id '{response_id}' not found.", param="response_id")
+        return stored
+
+    async def follow(self, response_id: str, after: int) -> AsyncIterator[Event]:
+        """A response's events after `after`: live from this replica's log, or polled from the
+        store when another replica runs it. Ends on the terminal event, always."""
+        handle = self.active.get(response_id)
+        if handle is not None:
+            async for event in handle.events(after):
+                yield event
+            return
+        assert self.store is not None
+        while True:
+            batch = await self.store.events(response_id, after=after)
+            for event in batch:
+                yield event
+                after = event["sequence_number"]
+                if event["type"] in TERMINAL_EVENTS:
+                    return
+            if not batch:
+                stored = await self.store.get(response_id)
+                if stored is None or (stored.finished and not await self.store.events(
+                        response_id, after=after)):  # fmt: skip
+                    return
+                await asyncio.sleep(_FLUSH_SECONDS)
+
+    async def cancel(self, response_id: str) -> dict[str, Any]:
+        stored = await self.get(response_id)
+        if not stored.background:
+            from oars.errors import InvalidRequest
+
+            raise InvalidRequest("Only background responses can be cancelled.", param=None,
+                                 code="invalid_request")  # fmt: skip
+        if stored.finished:
+            return stored.snapshot
+        handle = self.active.get(response_id)
+        if handle is not None:
+            handle.cancel()
+            return await handle.result()
+        assert self.store is not None
+        await self.store.request_cancel(response_id)
+        deadline = time.monotonic() + 3 * self.lease_seconds
+        while time.monotonic() < deadline:  # the owner sees it at its next heartbeat
+            stored = await self.get(response_id)
+            if stored.finished:
+                return stored.snapshot
+            await asyncio.sleep(0.1)
+        return stored.snapshot
+
+
+class _Persisted:
+    """What of a run's log is in the store: batches while it runs, the rest at the end."""
+
+    def __init__(self, store: Store | None, handle: RunHandle) -> None:
+        self.store, self.handle = store, handle
+        r = handle.request
+        self.streamed = r.stream or r.background
+        self.written = 0
+        self.last = time.monotonic()
+
+    async def flush_if_due(self) -> None:
+        if self.store is None or not self.streamed:
+            return
+        if time.monotonic() - self.last < _FLUSH_SECONDS:
+            return
+        await self._flush()
+
+    async def _flush(self) -> None:
+        assert self.store is not None
+        batch = self.handle.log.events[self.written :]
+        self.last = time.monotonic()
+        if batch:
+            await self.store.append_events(self.handle.id, batch)
+            self.written += len(batch)
+
+    async def finish(self) -> None:
+        if self.store is None:
+            return
+        snapshot = self.handle.snapshot
+        tail = self.handle.log.events[self.written :] if self.streamed else []
+        conversation = self.handle.history.conversation_items(snapshot)
+        await self.store.finish(self.handle.id, Finished(snapshot, tail, conversation))
+        self.written += len(tail)
+
+
+def _uncancel() -> None:
+    task = asyncio.current_task()
+    if task is not None:
+        task.uncancel()
+
+
+async def drain(handle: RunHandle) -> None:
+    """For tests and non-streamed readers: wait for the run, ignoring its events."""
+    with contextlib.suppress(asyncio.CancelledError):
+        await handle.result()

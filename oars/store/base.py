@@ -1,0 +1,144 @@
+"""What oars keeps: responses, their items and event logs, and conversations.
+
+The `Store` protocol is the whole seam; `oars.store.sql` implements it for SQLite and PostgreSQL.
+Values are plain dicts of the wire shapes (a response snapshot, an item, an event) so that what is
+read back is byte for byte what was sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+Json = dict[str, Any]
+
+TERMINAL_STATUSES = frozenset({"completed", "incomplete", "failed", "cancelled"})
+
+
+@dataclass(frozen=True)
+class StoredResponse:
+    """A response as kept: its latest snapshot and how it runs."""
+
+    snapshot: Json
+    background: bool = False
+    streamed: bool = False  # it has an event log
+    owner: str = ""  # the replica that runs it
+    cancel_requested: bool = False
+
+    @property
+    def id(self) -> str:
+        return str(self.snapshot["id"])
+
+    @property
+    def status(self) -> str:
+        return str(self.snapshot["status"])
+
+    @property
+    def finished(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+
+@dataclass(frozen=True)
+class NewResponse:
+    """What `Store.begin` writes before the first byte of a response is sent."""
+
+    response: StoredResponse
+    input_items: Sequence[Json]  # the whole context the response was made from, with ids
+    conversation_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Finished:
+    """What `Store.finish` writes, all in one transaction."""
+
+    snapshot: Json
+    events: Sequence[Json] = ()  # the log's tail not yet appended
+    conversation_items: Sequence[Json] = ()  # appended to the response's conversation
+
+
+@dataclass(frozen=True)
+class Page:
+    items: list[Json]
+    has_more: bool
+
+
+@dataclass(frozen=True)
+class Conversation:
+    id: str
+    created_at: int
+    metadata: Mapping[str, str] = field(default_factory=dict)
+
+    def wire(self) -> Json:
+        return {"id": self.id, "object": "conversation", "created_at": self.created_at,
+                "metadata": dict(self.metadata)}  # fmt: skip
+
+
+class Store(Protocol):
+    """Every method may raise `StoreUnavailable` (the database is down, full or unreachable)."""
+
+    async def open(self) -> None:
+        """Connect; create or upgrade the schema."""
+        ...
+
+    async def begin(self, new: NewResponse, *, lease_seconds: float) -> None:
+        """Keep a response that starts now, with its input items."""
+        ...
+
+    async def append_events(self, response_id: str, events: Sequence[Json]) -> None: ...
+
+    async def finish(self, response_id: str, done: Finished) -> None:
+        """The response ended: its final snapshot, output items, last events, conversation."""
+        ...
+
+    async def get(self, response_id: str) -> StoredResponse | None: ...
+
+    async def delete(self, response_id: str) -> bool: ...
+
+    async def input_items(self, response_id: str, *, after: str | None, limit: int,
+                          order: str) -> Page | None: ...  # fmt: skip
+
+    async def context(self, response_id: str) -> list[Json] | None:
+        """The previous response's input items, then its output items (for chaining)."""
+        ...
+
+    async def find_items(self, item_ids: Sequence[str]) -> dict[str, Json]:
+        """Items by id, from any response's input or output, or any conversation."""
+        ...
+
+    async def events(self, response_id: str, *, after: int) -> list[Json]: ...
+
+    async def request_cancel(self, response_id: str) -> StoredResponse | None: ...
+
+    async def heartbeat(self, owner: str, response_ids: Sequence[str], *,
+                        lease_seconds: float) -> list[str]:  # fmt: skip
+        """Extend the leases of these running responses; return those asked to cancel."""
+        ...
+
+    async def fail_orphans(self, *, owner: str | None) -> list[str]:
+        """Fail unfinished responses whose lease ran out (or all of `owner`'s); return their ids."""
+        ...
+
+    # ---- conversations ------------------------------------------------------------------
+
+    async def create_conversation(self, conversation: Conversation,
+                                  items: Sequence[Json]) -> None: ...  # fmt: skip
+
+    async def get_conversation(self, conversation_id: str) -> Conversation | None: ...
+
+    async def update_conversation(self, conversation_id: str,
+                                  metadata: Mapping[str, str]) -> Conversation | None: ...  # fmt: skip
+
+    async def delete_conversation(self, conversation_id: str) -> bool: ...
+
+    async def conversation_items(self, conversation_id: str, *, after: str | None = None,
+                                 limit: int | None = None, order: str = "asc") -> Page | None: ...  # fmt: skip
+
+    async def add_conversation_items(self, conversation_id: str,
+                                     items: Sequence[Json]) -> bool: ...  # fmt: skip
+
+    async def get_conversation_item(self, conversation_id: str, item_id: str) -> Json | None: ...
+
+    async def delete_conversation_item(self, conversation_id: str, item_id: str) -> bool: ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,107 @@
+"""The versioned schema: startup creates it or upgrades it, one numbered step at a time.
+
+Each step runs in the transaction that records its number, so a crash mid-upgrade leaves the old
+version. On PostgreSQL an advisory lock keeps replicas that start together from racing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlalchemy import (
+    Boolean,
+    Column,
+    Connection,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    select,
+    text,
+)
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+metadata = MetaData()
+_ID = String(200)
+
+version = Table("oars_schema", metadata, Column("version", Integer, nullable=False))
+
+responses = Table(
+    "responses",
+    metadata,
+    Column("id", _ID, primary_key=True),
+    Column("status", String(16), nullable=False),
+    Column("background", Boolean, nullable=False),
+    Column("streamed", Boolean, nullable=False),
+    Column("owner", String(300), nullable=False),
+    Column("lease_until", Float, nullable=False),
+    Column("cancel_requested", Boolean, nullable=False),
+    Column("conversation_id", _ID),
+    Column("created_at", Integer, nullable=False),
+    Column("snapshot", Text, nullable=False),  # the latest Response object, as JSON
+)
+Index("responses_running", responses.c.status, responses.c.lease_until)
+
+response_items = Table(
+    "response_items",
+    metadata,
+    Column("response_id", _ID, primary_key=True),
+    Column("kind", String(8), primary_key=True),  # input | output
+    Column("position", Integer, primary_key=True),
+    Column("item_id", _ID, nullable=False),
+    Column("item", Text, nullable=False),
+)
+Index("response_items_by_id", response_items.c.item_id)
+
+response_events = Table(
+    "response_events",
+    metadata,
+    Column("response_id", _ID, primary_key=True),
+    Column("sequence_number", Integer, primary_key=True),
+    Column("event", Text, nullable=False),
+)
+
+conversations = Table(
+    "conversations",
+    metadata,
+    Column("id", _ID, primary_key=True),
+    Column("created_at", Integer, nullable=False),
+    Column("metadata", Text, nullable=False),
+)
+
+conversation_items = Table(
+    "conversation_items",
+    metadata,
+    Column("conversation_id", _ID, primary_key=True),
+    Column("position", Integer, primary_key=True),
+    Column("item_id", _ID, nullable=False),
+    Column("item", Text, nullable=False),
+)
+Index("conversation_items_by_id", conversation_items.c.item_id)
+
+
+def _v1(conn: Connection) -> None:
+    metadata.create_all(conn, checkfirst=True)
+
+
+# Step N brings the schema from version N-1 to N. Append; never edit a released step.
+STEPS: list[Callable[[Connection], None]] = [_v1]
+
+
+async def upgrade(engine: AsyncEngine) -> int:
+    """Create or upgrade the schema; return the version now in force."""
+    async with engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            await conn.execute(text("SELECT pg_advisory_xact_lock(7102590)"))
+        await conn.run_sync(lambda c: version.create(c, checkfirst=True))
+        current = (await conn.execute(select(version.c.version))).scalar()
+        if current is None:
+            await conn.execute(version.insert().values(version=0))
+            current = 0
+        for number, step in enumerate(STEPS[current:], start=current + 1):
+            await conn.run_sync(step)
+            await conn.execute(version.update().values(version=number))
+        return len(STEPS) if current < len(STEPS) else int(current)

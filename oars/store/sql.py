@@ -1,0 +1,379 @@
+"""The store on SQL: SQLite (the default, a file) or PostgreSQL (several replicas), one code path.
+
+JSON is kept as ASCII text (`ensure_ascii`), so any string a client sent, even a lone surrogate,
+is stored and read back unchanged. Every database failure becomes `StoreUnavailable` (503).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+
+from sqlalchemy import and_, delete, event, func, insert, select, update
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
+
+from oars.errors import StoreUnavailable
+from oars.store.base import (
+    Conversation,
+    Finished,
+    Json,
+    NewResponse,
+    Page,
+    StoredResponse,
+)
+from oars.store.schema import (
+    conversation_items,
+    conversations,
+    response_events,
+    response_items,
+    responses,
+    upgrade,
+)
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+_UNFINISHED = ("queued", "in_progress")
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def database_url(spec: str) -> str:
+    """`postgresql://…`, `sqlite:///path` or a plain file path → an async SQLAlchemy URL."""
+    for prefix, driver in (("postgresql://", "postgresql+asyncpg://"),
+                           ("postgres://", "postgresql+asyncpg://"),
+                           ("sqlite://", "sqlite+aiosqlite://")):  # fmt: skip
+        if spec.startswith(prefix):
+            return driver + spec[len(prefix) :]
+    if "://" in spec:
+        return spec
+    return f"sqlite+aiosqlite:///{Path(spec).expanduser().resolve()}"
+
+
+def _guard(method: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Coroutine[Any, Any, T]]:
+    @functools.wraps(method)
+    async def guarded(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return await method(*args, **kwargs)
+        except (SQLAlchemyError, OSError, TimeoutError, ConnectionError) as exc:
+            raise StoreUnavailable(f"The response store is unavailable: {type(exc).__name__}"
+                                   ) from exc  # fmt: skip
+
+    return guarded
+
+
+def _item_rows(response_id: str, kind: str, items: Sequence[Json]) -> list[dict[str, Any]]:
+    return [{"response_id": response_id, "kind": kind, "position": i, "item_id": item["id"],
+             "item": dumps(item)} for i, item in enumerate(items)]  # fmt: skip
+
+
+def _page(items: list[Json], *, after: str | None, limit: int | None, order: str) -> Page | None:
+    if order == "desc":
+        items = items[::-1]
+    if after is not None:
+        ids = [i.get("id") for i in items]
+        if after not in ids:
+            return None
+        items = items[ids.index(after) + 1 :]
+    if limit is None:
+        return Page(items, False)
+    return Page(items[:limit], len(items) > limit)
+
+
+class SqlStore:
+    """`Store` on SQLAlchemy's async engine (aiosqlite or asyncpg)."""
+
+    def __init__(self, spec: str) -> None:
+        """Nothing connects until `open()` (which must run on the loop that serves)."""
+        url = database_url(spec)
+        if url.startswith("sqlite"):
+            Path(url.split(":///", 1)[1]).parent.mkdir(parents=True, exist_ok=True)
+            self.engine = create_async_engine(url, connect_args={"timeout": 30})
+            event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
+        else:
+            self.engine = create_async_engine(url, pool_pre_ping=True, pool_size=10,
+                                              connect_args={"timeout": 10,
+                                                            "command_timeout": 30})  # fmt: skip
+
+    async def open(self) -> None:
+        """Create or upgrade the schema."""
+        try:
+            await upgrade(self.engine)
+        except (SQLAlchemyError, OSError, TimeoutError, ConnectionError) as exc:
+            raise StoreUnavailable(f"Cannot open the response store: {exc}") from exc
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+    # ---- responses ----------------------------------------------------------------------
+
+    @_guard
+    async def begin(self, new: NewResponse, *, lease_seconds: float) -> None:
+        r = new.response
+        async with self.engine.begin() as conn:
+            await conn.execute(insert(responses).values(
+                id=r.id, status=r.status, background=r.background, streamed=r.streamed,
+                owner=r.owner, lease_until=time.time() + lease_seconds, cancel_requested=False,
+                conversation_id=new.conversation_id, created_at=int(r.snapshot["created_at"]),
+                snapshot=dumps(r.snapshot),
+            ))  # fmt: skip
+            rows = _item_rows(r.id, "input", new.input_items)
+            if rows:
+                await conn.execute(insert(response_items), rows)
+
+    @_guard
+    async def append_events(self, response_id: str, events: Sequence[Json]) -> None:
+        if events:
+            async with self.engine.begin() as conn:
+                await self._append_events(conn, response_id, events)
+
+    @staticmethod
+    async def _append_events(conn: AsyncConnection, response_id: str,
+                             events: Sequence[Json]) -> None:  # fmt: skip
+        if events:
+            rows = [{"response_id": response_id, "sequence_number": e["sequence_number"],
+                     "event": dumps(e)} for e in events]  # fmt: skip
+            await conn.execute(insert(response_events), rows)
+
+    @_guard
+    async def finish(self, response_id: str, done: Finished) -> None:
+        async with self.engine.begin() as conn:
+            await self._finish(conn, response_id, done)
+
+    async def _finish(self, conn: AsyncConnection, response_id: str, done: Finished) -> None:
+        snapshot = done.snapshot
+        await conn.execute(update(responses).where(responses.c.id == response_id).values(
+            status=snapshot["status"], snapshot=dumps(snapshot)))  # fmt: skip
+        await conn.execute(delete(response_items).where(and_(
+            response_items.c.response_id == response_id, response_items.c.kind == "output")))  # fmt: skip
+        rows = _item_rows(response_id, "output", snapshot["output"])
+        if rows:
+            await conn.execute(insert(response_items), rows)
+        await self._append_events(conn, response_id, done.events)
+        if done.conversation_items:
+            conversation_id = (await conn.execute(select(responses.c.conversation_id).where(
+                responses.c.id == response_id))).scalar()  # fmt: skip
+            if conversation_id is not None:
+                await self._add_items(conn, conversation_id, done.conversation_items)
+
+    @_guard
+    async def get(self, response_id: str) -> StoredResponse | None:
+        async with self.engine.connect() as conn:
+            row = (await conn.execute(select(responses).where(responses.c.id == response_id))
+                   ).first()  # fmt: skip
+        if row is None:
+            return None
+        return StoredResponse(json.loads(row.snapshot), background=row.background,
+                              streamed=row.streamed, owner=row.owner,
+                              cancel_requested=row.cancel_requested)  # fmt: skip
+
+    @_guard
+    async def delete(self, response_id: str) -> bool:
+        async with self.engine.begin() as conn:
+            gone = await conn.execute(delete(responses).where(responses.c.id == response_id))
+            for table in (response_items, response_events):
+                await conn.execute(delete(table).where(table.c.response_id == response_id))
+        return bool(gone.rowcount)
+
+    async def _items(self, response_id: str, kind: str) -> list[Json]:
+        async with self.engine.connect() as conn:
+            rows = await conn.execute(select(response_items.c.item).where(and_(
+                response_items.c.response_id == response_id, response_items.c.kind == kind)
+            ).order_by(response_items.c.position))  # fmt: skip
+            return [json.loads(r.item) for r in rows]
+
+    @_guard
+    async def input_items(self, response_id: str, *, after: str | None, limit: int,
+                          order: str) -> Page | None:  # fmt: skip
+        if await self.get(response_id) is None:
+            return None
+        page = _page(await self._items(response_id, "input"), after=after, limit=limit,
+                     order=order)  # fmt: skip
+        return page if page is not None else Page([], False)
+
+    @_guard
+    async def context(self, response_id: str) -> list[Json] | None:
+        if await self.get(response_id) is None:
+            return None
+        return await self._items(response_id, "input") + await self._items(response_id, "output")
+
+    @_guard
+    async def find_items(self, item_ids: Sequence[str]) -> dict[str, Json]:
+        if not item_ids:
+            return {}
+        found: dict[str, Json] = {}
+        async with self.engine.connect() as conn:
+            for table in (response_items, conversation_items):
+                rows = await conn.execute(select(table.c.item_id, table.c.item).where(
+                    table.c.item_id.in_(list(item_ids))))  # fmt: skip
+                for row in rows:
+                    found.setdefault(row.item_id, json.loads(row.item))
+        return found
+
+    @_guard
+    async def events(self, response_id: str, *, after: int) -> list[Json]:
+        async with self.engine.connect() as conn:
+            rows = await conn.execute(select(response_events.c.event).where(and_(
+                response_events.c.response_id == response_id,
+                response_events.c.sequence_number > after,
+            )).order_by(response_events.c.sequence_number))  # fmt: skip
+            return [json.loads(r.event) for r in rows]
+
+    @_guard
+    async def request_cancel(self, response_id: str) -> StoredResponse | None:
+        async with self.engine.begin() as conn:
+            await conn.execute(update(responses).where(and_(
+                responses.c.id == response_id, responses.c.status.in_(_UNFINISHED)
+            )).values(cancel_requested=True))  # fmt: skip
+        return await self.get(response_id)
+
+    @_guard
+    async def heartbeat(self, owner: str, response_ids: Sequence[str], *,
+                        lease_seconds: float) -> list[str]:  # fmt: skip
+        if not response_ids:
+            return []
+        mine = and_(responses.c.id.in_(list(response_ids)), responses.c.owner == owner)
+        async with self.engine.begin() as conn:
+            await conn.execute(update(responses).where(mine).values(
+                lease_until=time.time() + lease_seconds))  # fmt: skip
+            rows = await conn.execute(select(responses.c.id).where(
+                and_(mine, responses.c.cancel_requested)))  # fmt: skip
+            return [r.id for r in rows]
+
+    @_guard
+    async def fail_orphans(self, *, owner: str | None) -> list[str]:
+        whose = (responses.c.owner == owner if owner is not None
+                 else responses.c.lease_until < time.time())  # fmt: skip
+        cond = and_(responses.c.status.in_(_UNFINISHED), whose)
+        failed: list[str] = []
+        async with self.engine.begin() as conn:
+            rows = (await conn.execute(select(responses.c.id, responses.c.snapshot).where(cond)
+                                       .with_for_update(skip_locked=True))).all()  # fmt: skip
+            for row in rows:
+                await self._fail_orphan(conn, row.id, json.loads(row.snapshot))
+                failed.append(row.id)
+        return failed
+
+    async def _fail_orphan(self, conn: AsyncConnection, response_id: str, snapshot: Json) -> None:
+        """The replica running it died: whatever it logged stays; the response ends `failed`."""
+        last = (await conn.execute(select(func.max(response_events.c.sequence_number)).where(
+            response_events.c.response_id == response_id))).scalar()  # fmt: skip
+        logged = await conn.execute(select(response_events.c.event).where(
+            response_events.c.response_id == response_id).order_by(
+            response_events.c.sequence_number))  # fmt: skip
+        output = [e["item"] for e in (json.loads(r.event) for r in logged)
+                  if e["type"] == "response.output_item.done"]  # fmt: skip
+        message = "The server running this response stopped before it finished."
+        error = {"code": "server_error", "message": message}
+        snapshot = {**snapshot, "status": "failed", "error": error, "output": output}
+        seq = -1 if last is None else int(last)
+        events = [{"type": "error", "sequence_number": seq + 1, "code": "server_error",
+                   "message": message, "param": None},
+                  {"type": "response.failed", "sequence_number": seq + 2, "response": snapshot}]  # fmt: skip
+        streamed = (await conn.execute(select(responses.c.streamed).where(
+            responses.c.id == response_id))).scalar()  # fmt: skip
+        done = Finished(snapshot, events if streamed else ())
+        await self._finish(conn, response_id, done)
+
+    # ---- conversations ------------------------------------------------------------------
+
+    @_guard
+    async def create_conversation(self, conversation: Conversation,
+                                  items: Sequence[Json]) -> None:  # fmt: skip
+        async with self.engine.begin() as conn:
+            await conn.execute(insert(conversations).values(
+                id=conversation.id, created_at=conversation.created_at,
+                metadata=dumps(dict(conversation.metadata))))  # fmt: skip
+            await self._add_items(conn, conversation.id, items)
+
+    @_guard
+    async def get_conversation(self, conversation_id: str) -> Conversation | None:
+        async with self.engine.connect() as conn:
+            row = (await conn.execute(select(conversations).where(
+                conversations.c.id == conversation_id))).first()  # fmt: skip
+        if row is None:
+            return None
+        return Conversation(row.id, row.created_at, json.loads(row.metadata))
+
+    @_guard
+    async def update_conversation(self, conversation_id: str,
+                                  metadata: Mapping[str, str]) -> Conversation | None:  # fmt: skip
+        async with self.engine.begin() as conn:
+            await conn.execute(update(conversations).where(conversations.c.id == conversation_id)
+                               .values(metadata=dumps(dict(metadata))))  # fmt: skip
+        return await self.get_conversation(conversation_id)
+
+    @_guard
+    async def delete_conversation(self, conversation_id: str) -> bool:
+        async with self.engine.begin() as conn:
+            gone = await conn.execute(delete(conversations).where(
+                conversations.c.id == conversation_id))  # fmt: skip
+            await conn.execute(delete(conversation_items).where(
+                conversation_items.c.conversation_id == conversation_id))  # fmt: skip
+        return bool(gone.rowcount)
+
+    @_guard
+    async def conversation_items(self, conversation_id: str, *, after: str | None = None,
+                                 limit: int | None = None, order: str = "asc") -> Page | None:  # fmt: skip
+        if await self.get_conversation(conversation_id) is None:
+            return None
+        async with self.engine.connect() as conn:
+            rows = await conn.execute(select(conversation_items.c.item).where(
+                conversation_items.c.conversation_id == conversation_id).order_by(
+                conversation_items.c.position))  # fmt: skip
+            items = [json.loads(r.item) for r in rows]
+        page = _page(items, after=after, limit=limit, order=order)
+        return page if page is not None else Page([], False)
+
+    @_guard
+    async def add_conversation_items(self, conversation_id: str, items: Sequence[Json]) -> bool:
+        async with self.engine.begin() as conn:
+            exists = (await conn.execute(select(conversations.c.id).where(
+                conversations.c.id == conversation_id).with_for_update())).first()  # fmt: skip
+            if exists is None:
+                return False
+            await self._add_items(conn, conversation_id, items)
+        return True
+
+    @staticmethod
+    async def _add_items(conn: AsyncConnection, conversation_id: str,
+                         items: Sequence[Json]) -> None:  # fmt: skip
+        if not items:
+            return
+        last = (await conn.execute(select(func.max(conversation_items.c.position)).where(
+            conversation_items.c.conversation_id == conversation_id))).scalar()  # fmt: skip
+        start = 0 if last is None else int(last) + 1
+        rows = [{"conversation_id": conversation_id, "position": start + i,
+                 "item_id": item["id"], "item": dumps(item)} for i, item in enumerate(items)]  # fmt: skip
+        await conn.execute(insert(conversation_items), rows)
+
+    @_guard
+    async def get_conversation_item(self, conversation_id: str, item_id: str) -> Json | None:
+        async with self.engine.connect() as conn:
+            row = (await conn.execute(select(conversation_items.c.item).where(and_(
+                conversation_items.c.conversation_id == conversation_id,
+                conversation_items.c.item_id == item_id)))).first()  # fmt: skip
+        return None if row is None else dict(json.loads(row.item))
+
+    @_guard
+    async def delete_conversation_item(self, conversation_id: str, item_id: str) -> bool:
+        async with self.engine.begin() as conn:
+            gone = await conn.execute(delete(conversation_items).where(and_(
+                conversation_items.c.conversation_id == conversation_id,
+                conversation_items.c.item_id == item_id)))  # fmt: skip
+        return bool(gone.rowcount)
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cursor = dbapi_conn.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.close()
