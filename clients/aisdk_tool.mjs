@@ -5,8 +5,13 @@ import { stepCountIs, streamText, tool } from "ai";
 import { z } from "zod";
 
 const [baseURL, model] = process.argv.slice(2);
-const openai = createOpenAI({ baseURL, apiKey: "unused" });
+const openai = createOpenAI({ baseURL, apiKey: "unused", fetch: (...a) => recording(...a) });
 const calls = [];
+const bodies = [];
+const recording = async (url, init) => {
+  if (init?.body) bodies.push(JSON.parse(init.body));
+  return fetch(url, init);
+};
 const result = streamText({
   model: openai.responses(model),
   prompt: "What's the weather in Paris?",
@@ -23,8 +28,8 @@ const result = streamText({
   stopWhen: stepCountIs(3),
   maxOutputTokens: 60,
   temperature: 0,
-  // oars stores nothing yet: without this the SDK refers to earlier items by id.
-  providerOptions: { openai: { store: false } },
+  // `store` is left at its default (true): the second step refers to the first step's
+  // items with `item_reference`, which the server resolves from its store.
 });
 for await (const part of result.fullStream) {
   if (part.type === "error") throw part.error;
@@ -35,4 +40,5 @@ console.log(JSON.stringify({
   finishReason: await result.finishReason,
   text: await result.text,
   steps: steps.map((s) => s.finishReason),
+  inputTypes: bodies.map((b) => (Array.isArray(b.input) ? b.input.map((i) => i.type ?? i.role) : [])),
 }));

@@ -276,7 +276,7 @@ class _Persisted:
         batch = self.handle.log.events[self.written :]
         self.last = time.monotonic()
         if batch:
-            await self.store.append_events(self.handle.id, batch)
+            await self.store.append_events(self.handle.id, batch, self.handle.snapshot)
             self.written += len(batch)
 
     async def finish(self) -> None:

@@ -85,7 +85,11 @@ class Store(Protocol):
         """Keep a response that starts now, with its input items."""
         ...
 
-    async def append_events(self, response_id: str, events: Sequence[Json]) -> None: ...
+    async def append_events(self, response_id: str, events: Sequence[Json],
+                            snapshot: Json | None = None) -> None:  # fmt: skip
+        """Add to the event log; with `snapshot`, also keep the response as it is now (so that
+        other replicas see it running)."""
+        ...
 
     async def finish(self, response_id: str, done: Finished) -> None:
         """The response ended: its final snapshot, output items, last events, conversation."""

@@ -129,10 +129,13 @@ class SqlStore:
                 await conn.execute(insert(response_items), rows)
 
     @_guard
-    async def append_events(self, response_id: str, events: Sequence[Json]) -> None:
-        if events:
-            async with self.engine.begin() as conn:
-                await self._append_events(conn, response_id, events)
+    async def append_events(self, response_id: str, events: Sequence[Json],
+                            snapshot: Json | None = None) -> None:  # fmt: skip
+        async with self.engine.begin() as conn:
+            await self._append_events(conn, response_id, events)
+            if snapshot is not None:
+                await conn.execute(update(responses).where(responses.c.id == response_id).values(
+                    status=snapshot["status"], snapshot=dumps(snapshot)))  # fmt: skip
 
     @staticmethod
     async def _append_events(conn: AsyncConnection, response_id: str,

@@ -39,8 +39,10 @@ def agent_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def _serve(tmp_path_factory: pytest.TempPathFactory, *args: str) -> Iterator[str]:
     port = _free_port()
-    log = tmp_path_factory.mktemp("server") / "oars.log"
-    cmd = [sys.executable, "-m", "oars.cli", "serve", "--port", str(port), *args]
+    folder = tmp_path_factory.mktemp("server")
+    log = folder / "oars.log"
+    cmd = [sys.executable, "-m", "oars.cli", "serve", "--port", str(port),
+           "--store", str(folder / "oars.db"), *args]  # fmt: skip
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ))
     base = f"http://127.0.0.1:{port}"

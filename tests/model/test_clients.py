@@ -35,6 +35,8 @@ def test_vercel_ai_sdk_stream_text_with_a_tool(server: str) -> None:
     assert result["calls"] and "paris" in result["calls"][0].lower(), result
     assert result["steps"][0] == "tool-calls", result
     assert result["finishReason"] in ("stop", "length"), result
+    # store left at its default: the second step names the first step's items by id
+    assert "item_reference" in result["inputTypes"][1], result
 
 
 def test_openai_agents_tool_loop(agent_server: str) -> None:

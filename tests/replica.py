@@ -1,0 +1,35 @@
+"""An oars server process on the scripted engine, for the multi-replica and crash tests.
+
+python -m tests.replica --store URL --port P --replica NAME [--chunks N] [--delay S]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import uvicorn
+
+from oars.http import create_app
+from oars.service import ResponsesService
+from oars.testing import ScriptedEngine
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--store", required=True)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--replica", required=True)
+    parser.add_argument("--chunks", type=int, default=3)
+    parser.add_argument("--delay", type=float, default=0.0)
+    parser.add_argument("--lease", type=float, default=2.0)
+    args = parser.parse_args()
+    from oars.store import SqlStore
+
+    engine = ScriptedEngine([f"w{i} " for i in range(args.chunks)], delay=args.delay)
+    app = create_app(ResponsesService(engine), SqlStore(args.store), replica=args.replica,
+                     lease_seconds=args.lease)  # fmt: skip
+    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()
