@@ -6,7 +6,9 @@
    the raw engine loop in this process with no server, builder or parser, on the same prompts.
    Runs alternate raw/HTTP so that machine noise hits both alike. Each run gets a fresh prompt
    prefix so nothing comes from the KV cache, and time to first token includes the prefill.
-2. The builder: events per second through service + builder + SSE encoding on the scripted engine,
+2. The cost of storing: the same HTTP+SSE runs with `store: true` (the response, its items and
+   its event log written to SQLite as it streams) versus `store: false`, alternating, same server.
+3. The builder: events per second through service + builder + SSE encoding on the scripted engine,
    versus the scripted engine's own chunks per second.
 """
 
@@ -15,9 +17,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -78,9 +82,9 @@ async def _raw(
     return Run(first - start, (produced - 1) / (last - first))
 
 
-def _http(base: str, rep: int, tokens: int) -> Run:
+def _http(base: str, rep: int, tokens: int, *, store: bool = False) -> Run:
     body = {"model": "bench", "input": f"Run {rep}. {PROMPT}", "temperature": 0,
-            "max_output_tokens": tokens, "stream": True}  # fmt: skip
+            "max_output_tokens": tokens, "stream": True, "store": store}  # fmt: skip
     start = time.perf_counter()
     first = last = 0.0
     usage: dict[str, Any] = {}
@@ -127,8 +131,10 @@ def main() -> None:
     args = parser.parse_args()
     path = pull()
     port = _free_port()
+    folder = tempfile.mkdtemp(prefix="oars-bench-")
     server = subprocess.Popen(
-        [sys.executable, "-m", "oars.cli", "serve", "--port", str(port), "--log-level", "warning"],
+        [sys.executable, "-m", "oars.cli", "serve", "--port", str(port), "--log-level", "warning",
+         "--store", f"{folder}/oars.db"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
@@ -143,6 +149,10 @@ def main() -> None:
         for rep in range(args.reps):
             raw_runs.append(asyncio.run(_raw(engine, rep, args.tokens)))
             http_runs.append(_http(base, rep + 1000, args.tokens))
+        unstored, stored = [], []
+        for rep in range(args.reps):
+            unstored.append(_http(base, rep + 4000, args.tokens, store=False))
+            stored.append(_http(base, rep + 5000, args.tokens, store=True))
         constraint = Constraint(GrammarKind.JSON_SCHEMA, json.dumps(JSON_SCHEMA))
         free_runs, json_runs = [], []
         asyncio.run(_raw(engine, -2, 8, JSON_PROMPT, constraint))  # builds the tokenizer once
@@ -154,6 +164,7 @@ def main() -> None:
     finally:
         server.terminate()
         server.wait(timeout=30)
+        shutil.rmtree(folder, ignore_errors=True)
     med = statistics.median
     raw_tps, http_tps = med(r.decode_tps for r in raw_runs), med(r.decode_tps for r in http_runs)
     chunks_ps, events_ps = _builder(20000)
@@ -164,6 +175,13 @@ def main() -> None:
     print(f"| **ratio HTTP+SSE / raw** | **{http_tps / raw_tps:.3f}** |")
     print(f"| time to first token, raw (s) | {med(r.ttft for r in raw_runs):.3f} |")
     print(f"| time to first token, HTTP+SSE (s) | {med(r.ttft for r in http_runs):.3f} |")
+    off_tps, on_tps = med(r.decode_tps for r in unstored), med(r.decode_tps for r in stored)
+    print(f"| decode tok/s, HTTP+SSE, store false (reference) | {off_tps:.1f} |")
+    print(f"| decode tok/s, HTTP+SSE, store true (SQLite) | {on_tps:.1f} |")
+    print(f"| **ratio store true / false, tok/s** | **{on_tps / off_tps:.3f}** |")
+    off_ttft, on_ttft = med(r.ttft for r in unstored), med(r.ttft for r in stored)
+    print(f"| time to first token, store false / true (s) | {off_ttft:.3f} / {on_ttft:.3f} |")
+    print(f"| **ratio TTFT store false / true** | **{off_ttft / on_ttft:.3f}** |")
     free_tps = med(r.decode_tps for r in free_runs)
     json_tps = med(r.decode_tps for r in json_runs)
     print(f"| decode tok/s, JSON prompt, unconstrained (reference) | {free_tps:.1f} |")

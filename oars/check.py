@@ -16,7 +16,7 @@ import httpx
 from openai.types.responses import Response
 from pydantic import ValidationError
 
-from oars.validator import SNAPSHOT_FIELDS, Report, validate_sse
+from oars.validator import SNAPSHOT_FIELDS, Report, same_response, validate_sse
 
 WEATHER = {
     "type": "function",
@@ -229,8 +229,15 @@ def check_previous_response(c: Checker) -> str:
     first = c.create(c.body(input="My name is Ada.", store=True))
     if not first.get("store"):
         raise CheckSkipped("the server does not store responses (store: false)")
-    c.stream(c.body(input="What is my name?", previous_response_id=first["id"]))
-    return "continued a stored response"
+    stored = c.client.get(f"{c.base}/responses/{first['id']}", timeout=60)
+    if stored.status_code != 200 or not same_response(stored.json(), first):
+        raise CheckFailed(f"GET /responses/{{id}} gave HTTP {stored.status_code} or a response "
+                          "other than the one created", rule="I12")  # fmt: skip
+    report = c.stream(c.body(input="What is my name?", previous_response_id=first["id"]))
+    final = report.final or {}
+    if final.get("previous_response_id") != first["id"]:
+        raise CheckFailed("the continuation does not echo previous_response_id", rule="I11")
+    return "stored, read back unchanged, and continued"
 
 
 BAD_REQUESTS: list[tuple[str, bytes | dict[str, Any]]] = [
