@@ -16,7 +16,7 @@ from oars.events import Event
 from oars.history import resolve
 from oars.http.common import list_page, page_wire, query_int, read_json, shared, store_of
 from oars.http.sse import encode_stream
-from oars.normalize import INCLUDABLE, ResponseRequest, normalize
+from oars.normalize import ENCRYPTED_REASONING, INCLUDABLE, ResponseRequest, normalize
 from oars.runs import RunHandle
 
 log = logging.getLogger("oars.http")
@@ -88,23 +88,40 @@ async def _finish_unless_disconnected(handle: RunHandle, request: Request) -> bo
     return False
 
 
-def _include(request: Request) -> None:
-    for i, value in enumerate(request.query_params.getlist("include[]") +
-                              request.query_params.getlist("include")):  # fmt: skip
+def _include(request: Request) -> list[str]:
+    values = request.query_params.getlist("include[]") + request.query_params.getlist("include")
+    for i, value in enumerate(values):
         if value not in INCLUDABLE:
             raise InvalidRequest(f"Invalid 'include[{i}]': unknown value {value!r}.",
                                  param=f"include[{i}]")  # fmt: skip
+    return values
+
+
+def _with_encrypted_reasoning(request: Request, snapshot: dict[str, Any]) -> dict[str, Any]:
+    """`include[]=reasoning.encrypted_content` on a read: seal reasoning items that lack it."""
+    sealer = shared(request).service.sealer
+    if sealer is None:
+        return snapshot
+    output = [
+        {**item, "encrypted_content": sealer.seal(
+            "".join(p.get("text", "") for p in item.get("content") or []))}
+        if item.get("type") == "reasoning" and not item.get("encrypted_content") else item
+        for item in snapshot["output"]
+    ]  # fmt: skip
+    return {**snapshot, "output": output}
 
 
 async def retrieve(request: Request) -> Response:
     response_id = request.path_params["response_id"]
-    _include(request)
+    include = _include(request)
     runs = shared(request).runs
     stored = await runs.get(response_id)
     stream = request.query_params.get("stream", "false").lower()
     if stream not in ("true", "false"):
         raise InvalidRequest("Invalid 'stream': expected true or false.", param="stream")
     if stream == "false":
+        if ENCRYPTED_REASONING in include:
+            return JSONResponse(_with_encrypted_reasoning(request, stored.snapshot))
         return JSONResponse(stored.snapshot)
     if not stored.streamed:
         raise InvalidRequest("This response was neither streamed nor run in the background: it "

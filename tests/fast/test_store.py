@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -325,6 +326,22 @@ def test_encrypted_reasoning_round_trip_and_tamper() -> None:
         assert plain["output"][0]["encrypted_content"] is None
 
     run(None, test, engine)
+
+
+def test_retrieve_with_include_encrypted_reasoning(tmp_path: Path) -> None:
+    engine = ScriptedEngine(["<think>", "plan", "</think>", "Done."], info=THINKER)
+
+    async def test(client: Client) -> None:
+        made = (await client.post("/responses", json={"input": "go"})).json()
+        assert made["output"][0]["encrypted_content"] is None
+        got = (await client.get(f"/responses/{made['id']}",
+                                params={"include[]": "reasoning.encrypted_content"})).json()  # fmt: skip
+        sealed = got["output"][0]["encrypted_content"]
+        assert Sealer(b"0" * 43 + b"=").unseal(sealed) == "plan"
+        bad = await client.get(f"/responses/{made['id']}", params={"include[]": "nope"})
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "include[0]"
+
+    run(f"sqlite:///{tmp_path}/oars.db", test, engine)
 
 
 def test_input_tokens(store_url: str) -> None:

@@ -37,6 +37,10 @@ def agent_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     yield from _serve(tmp_path_factory, "--ctx", "16384", "--temperature", "0")
 
 
+# The servers' reasoning key, so tests can seal reasoning the way a client would get it back.
+SECRET_KEY = "b2Fycy10ZXN0LWtleS1vbmx5LWZvci10aGUtc3VpdGU="
+
+
 def _serve(tmp_path_factory: pytest.TempPathFactory, *args: str) -> Iterator[str]:
     port = _free_port()
     folder = tmp_path_factory.mktemp("server")
@@ -44,7 +48,8 @@ def _serve(tmp_path_factory: pytest.TempPathFactory, *args: str) -> Iterator[str
     cmd = [sys.executable, "-m", "oars.cli", "serve", "--port", str(port),
            "--store", str(folder / "oars.db"), *args]  # fmt: skip
     with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ))
+        env = {**os.environ, "OARS_SECRET_KEY": SECRET_KEY}
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
     base = f"http://127.0.0.1:{port}"
     try:
         _wait_ready(base, proc, log)

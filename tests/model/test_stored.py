@@ -11,7 +11,9 @@ import httpx
 import pytest
 from openai import NotFoundError, OpenAI
 
-from oars.validator import validate_sse
+from oars.sealing import Sealer
+from oars.validator import same_response, validate_sse
+from tests.model.conftest import SECRET_KEY
 
 pytestmark = pytest.mark.model
 
@@ -118,3 +120,46 @@ def test_openai_agents_chain_with_previous_response_id(agent_server: str) -> Non
     stored = httpx.get(f"{agent_server}/responses/{second.last_response_id}", timeout=30).json()
     assert stored["previous_response_id"] == first.last_response_id
     assert isinstance(second.final_output, str) and second.final_output.strip()
+
+
+def test_encrypted_reasoning_goes_back_into_the_prompt_and_tampering_is_a_400(server: str) -> None:
+    sealed = Sealer(SECRET_KEY.encode()).seal("The user is called Ada.")
+    turn: list[dict[str, Any]] = [
+        {"role": "user", "content": "Hi"},
+        {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": sealed},
+        {"role": "assistant", "content": "Hello!"},
+        {"role": "user", "content": "Say bye."},
+    ]
+    body = {"model": MODEL, "input": turn, "max_output_tokens": 8, "store": False,
+            "include": ["reasoning.encrypted_content"]}  # fmt: skip
+    ok = httpx.post(f"{server}/responses", json=body, timeout=120)
+    assert ok.status_code == 200 and ok.json()["status"] in ("completed", "incomplete")
+    turn[1] = {**turn[1], "encrypted_content": sealed[:-4] + ("AAAA" if sealed[-4:] != "AAAA"
+                                                              else "BBBB")}  # fmt: skip
+    bad = httpx.post(f"{server}/responses", json=body, timeout=120)
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "input[1].encrypted_content"
+
+
+def test_twenty_concurrent_stored_requests(server: str) -> None:
+    async def run() -> list[dict[str, Any]]:
+        async with httpx.AsyncClient(timeout=300) as client:
+
+            async def one(i: int) -> dict[str, Any]:
+                body = {"model": MODEL, "input": f"Say the number {i}.", "max_output_tokens": 6,
+                        "temperature": 0, "stream": i % 2 == 0}  # fmt: skip
+                r = await client.post(f"{server}/responses", json=body)
+                if not body["stream"]:
+                    return r.json()  # type: ignore[no-any-return]
+                report = validate_sse(r.text)
+                assert report.ok and report.final is not None, report.text()
+                return report.final
+
+            return await asyncio.gather(*(one(i) for i in range(20)))
+
+    made = asyncio.run(run())
+    assert len({m["id"] for m in made}) == 20
+    for i, m in enumerate(made):
+        got = httpx.get(f"{server}/responses/{m['id']}", timeout=30).json()
+        assert same_response(got, m) and got["status"] in ("completed", "incomplete")
+        items = httpx.get(f"{server}/responses/{m['id']}/input_items", timeout=30).json()
+        assert items["data"][0]["content"][0]["text"] == f"Say the number {i}."
