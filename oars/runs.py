@@ -75,7 +75,9 @@ class RunHandle:
         self.request, self.run, self.history = request, run, history
         self.id: str = run.builder.id
         self.log = EventLog()
+        self.initial = run.builder.response  # what a background create answers, and is kept
         self.task: asyncio.Task[None] | None = None
+        self.generating = False  # the producer is in the generation (where a cancel can stop it)
         self.cancel_requested = False
 
     @property
@@ -96,8 +98,13 @@ class RunHandle:
         return self.snapshot
 
     def cancel(self) -> None:
-        if self.task is not None and not self.task.done() and not self.cancel_requested:
-            self.cancel_requested = True
+        """Stop the generation; the run ends `cancelled`. Only the generation is interrupted: a
+        producer not started yet sees the flag when it starts, and one that is already writing
+        its ending finishes as it was."""
+        if self.cancel_requested or self.done:
+            return
+        self.cancel_requested = True
+        if self.generating and self.task is not None:
             self.task.cancel()
 
 
@@ -158,31 +165,54 @@ class Runs:
         history = await resolve(request, self.store)
         run = await asyncio.to_thread(self.service.start, history.request)
         handle = RunHandle(request, run, history)
-        if request.store:
-            assert self.store is not None
-            stored = StoredResponse(handle.snapshot, background=request.background,
-                                    streamed=request.stream or request.background,
-                                    owner=self.replica)  # fmt: skip
-            new = NewResponse(stored, history.stored_input, history.conversation_id)
-            await self.store.begin(new, lease_seconds=self.lease_seconds)
-        handle.task = asyncio.create_task(self._produce(handle), name=f"run {handle.id}")
+        # The first write overlaps the prefill; no byte is sent before it has landed.
+        begun = asyncio.ensure_future(self._begin(handle)) if request.store else None
+        handle.task = asyncio.create_task(self._produce(handle, begun), name=f"run {handle.id}")
         self._tasks.add(handle.task)
         handle.task.add_done_callback(self._tasks.discard)
+        if begun is not None:
+            try:
+                await begun
+            except StoreUnavailable:
+                handle.cancel()
+                await handle.result()
+                raise
         self.active[handle.id] = handle
         return handle
 
-    async def _produce(self, handle: RunHandle) -> None:
-        logged = _Persisted(self.store if handle.request.store else None, handle)
+    async def _begin(self, handle: RunHandle) -> None:
+        assert self.store is not None
+        r, history = handle.request, handle.history
+        stored = StoredResponse(handle.initial, background=r.background,
+                                streamed=r.stream or r.background, owner=self.replica)  # fmt: skip
+        new = NewResponse(stored, history.stored_input, history.conversation_id)
+        await self.store.begin(new, lease_seconds=self.lease_seconds)
+
+    async def _produce(self, handle: RunHandle, begun: asyncio.Future[None] | None) -> None:
+        logged = _Persisted(self.store if begun is not None else None, handle, begun)
         events = handle.run.events()
         try:
+            if handle.cancel_requested:
+                raise asyncio.CancelledError  # asked for before this task first ran
+            handle.generating = True
             async for event in events:
                 handle.log.append([event])
-                await logged.flush_if_due()
+                if logged.due():
+                    handle.generating = False  # a cancel must not cut a write in two
+                    await logged.flush()
+                    handle.generating = True
+                    if handle.cancel_requested:
+                        raise asyncio.CancelledError
+            handle.generating = False
         except asyncio.CancelledError:
+            handle.generating = False
             _uncancel()
             await events.aclose()
+            if not handle.log.events:
+                handle.log.append(handle.run.builder.start())
             handle.log.append(handle.run.cancel())
         except StoreUnavailable as exc:
+            handle.generating = False
             await events.aclose()
             log.error("response %s: %s", handle.id, exc)
             handle.log.append(handle.run.fail(str(exc), code="store_unavailable"))
@@ -255,33 +285,43 @@ class Runs:
 
 
 class _Persisted:
-    """What of a run's log is in the store: batches while it runs, the rest at the end."""
+    """What of a run's log is in the store: batches while it runs (with the snapshot when the
+    status moves, so other replicas see it), the rest at the end. Nothing is written before the
+    response's first write (`begun`) has landed, nor at all if it failed."""
 
-    def __init__(self, store: Store | None, handle: RunHandle) -> None:
-        self.store, self.handle = store, handle
+    def __init__(self, store: Store | None, handle: RunHandle,
+                 begun: asyncio.Future[None] | None) -> None:  # fmt: skip
+        self.store, self.handle, self.begun = store, handle, begun
         r = handle.request
         self.streamed = r.stream or r.background
         self.written = 0
         self.last = time.monotonic()
+        self.status = handle.initial["status"]
 
-    async def flush_if_due(self) -> None:
-        if self.store is None or not self.streamed:
-            return
-        if time.monotonic() - self.last < _FLUSH_SECONDS:
-            return
-        await self._flush()
+    def _ready(self) -> bool:
+        return self.begun is not None and self.begun.done() and self.begun.exception() is None
 
-    async def _flush(self) -> None:
+    def due(self) -> bool:
+        return (self.streamed and self._ready()
+                and time.monotonic() - self.last >= _FLUSH_SECONDS)  # fmt: skip
+
+    async def flush(self) -> None:
         assert self.store is not None
         batch = self.handle.log.events[self.written :]
         self.last = time.monotonic()
+        snapshot = self.handle.snapshot if self.handle.snapshot["status"] != self.status else None
         if batch:
-            await self.store.append_events(self.handle.id, batch, self.handle.snapshot)
+            await self.store.append_events(self.handle.id, batch, snapshot)
             self.written += len(batch)
+            self.status = self.handle.snapshot["status"]
 
     async def finish(self) -> None:
-        if self.store is None:
+        if self.begun is None:
             return
+        await asyncio.wait([self.begun])
+        if not self._ready():
+            return  # the response was never kept: nothing to finish
+        assert self.store is not None
         snapshot = self.handle.snapshot
         tail = self.handle.log.events[self.written :] if self.streamed else []
         conversation = self.handle.history.conversation_items(snapshot)

@@ -44,7 +44,7 @@ async def create(request: Request) -> Response:
     if req.stream:
         return _sse(_read(handle, owns=not req.background))
     if req.background:
-        return JSONResponse(handle.snapshot)
+        return JSONResponse(handle.initial)
     if not await _finish_unless_disconnected(handle, request):
         return Response(status_code=499)  # nobody is listening; the engine has stopped
     response = handle.snapshot
