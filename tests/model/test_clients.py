@@ -37,7 +37,6 @@ def test_vercel_ai_sdk_stream_text_with_a_tool(server: str) -> None:
     assert result["finishReason"] in ("stop", "length"), result
 
 
-
 def test_vercel_ai_sdk_second_turn_with_item_reference(server: str) -> None:
     result = _node("aisdk_turns.mjs", server)
     second_input = result["secondInput"]
