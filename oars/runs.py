@@ -197,12 +197,7 @@ class Runs:
             handle.generating = True
             async for event in events:
                 handle.log.append([event])
-                if logged.due():
-                    handle.generating = False  # a cancel must not cut a write in two
-                    await logged.flush()
-                    handle.generating = True
-                    if handle.cancel_requested:
-                        raise asyncio.CancelledError
+                logged.check()
             handle.generating = False
         except asyncio.CancelledError:
             handle.generating = False
@@ -217,6 +212,7 @@ class Runs:
             log.error("response %s: %s", handle.id, exc)
             handle.log.append(handle.run.fail(str(exc), code="store_unavailable"))
         try:
+            await logged.stop()
             await logged.finish()
         except StoreUnavailable as exc:
             log.error("response %s could not be stored: %s", handle.id, exc)
@@ -285,30 +281,51 @@ class Runs:
 
 
 class _Persisted:
-    """What of a run's log is in the store: batches while it runs (with the snapshot when the
-    status moves, so other replicas see it), the rest at the end. Nothing is written before the
+    """What of a run's log is in the store: batches while it runs, written by a task of their
+    own so that the producer never waits on the database (with the snapshot when the status
+    moves, so other replicas see it), and the rest at the end. Nothing is written before the
     response's first write (`begun`) has landed, nor at all if it failed."""
 
     def __init__(self, store: Store | None, handle: RunHandle,
                  begun: asyncio.Future[None] | None) -> None:  # fmt: skip
         self.store, self.handle, self.begun = store, handle, begun
         r = handle.request
-        self.streamed = r.stream or r.background
         self.written = 0
-        self.last = time.monotonic()
         self.status = handle.initial["status"]
+        self.error: StoreUnavailable | None = None
+        self._stopping = asyncio.Event()
+        streamed = begun is not None and (r.stream or r.background)
+        self._flusher = asyncio.create_task(self._flush_every()) if streamed else None
 
     def _ready(self) -> bool:
         return self.begun is not None and self.begun.done() and self.begun.exception() is None
 
-    def due(self) -> bool:
-        return (self.streamed and self._ready()
-                and time.monotonic() - self.last >= _FLUSH_SECONDS)  # fmt: skip
+    def check(self) -> None:
+        """Raise what a batch write met (the run then fails: its log could not be kept)."""
+        if self.error is not None:
+            raise self.error
+
+    async def _flush_every(self) -> None:
+        assert self.begun is not None
+        await asyncio.wait([self.begun])
+        while self._ready() and not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), _FLUSH_SECONDS)
+            try:
+                await self.flush()
+            except StoreUnavailable as exc:
+                self.error = exc
+                return
+
+    async def stop(self) -> None:
+        """Let the batch being written land; write no more batches."""
+        self._stopping.set()
+        if self._flusher is not None:
+            await self._flusher
 
     async def flush(self) -> None:
         assert self.store is not None
         batch = self.handle.log.events[self.written :]
-        self.last = time.monotonic()
         snapshot = self.handle.snapshot if self.handle.snapshot["status"] != self.status else None
         if batch:
             await self.store.append_events(self.handle.id, batch, snapshot)
@@ -323,7 +340,8 @@ class _Persisted:
             return  # the response was never kept: nothing to finish
         assert self.store is not None
         snapshot = self.handle.snapshot
-        tail = self.handle.log.events[self.written :] if self.streamed else []
+        r = self.handle.request
+        tail = self.handle.log.events[self.written :] if r.stream or r.background else []
         conversation = self.handle.history.conversation_items(snapshot)
         await self.store.finish(self.handle.id, Finished(snapshot, tail, conversation))
         self.written += len(tail)
@@ -334,8 +352,3 @@ def _uncancel() -> None:
     if task is not None:
         task.uncancel()
 
-
-async def drain(handle: RunHandle) -> None:
-    """For tests and non-streamed readers: wait for the run, ignoring its events."""
-    with contextlib.suppress(asyncio.CancelledError):
-        await handle.result()
