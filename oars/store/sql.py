@@ -152,8 +152,10 @@ class SqlStore:
 
     async def _finish(self, conn: AsyncConnection, response_id: str, done: Finished) -> None:
         snapshot = done.snapshot
-        await conn.execute(update(responses).where(responses.c.id == response_id).values(
+        kept = await conn.execute(update(responses).where(responses.c.id == response_id).values(
             status=snapshot["status"], snapshot=dumps(snapshot)))  # fmt: skip
+        if not kept.rowcount:
+            return  # deleted while it ran (from another replica): leave nothing behind
         await conn.execute(delete(response_items).where(and_(
             response_items.c.response_id == response_id, response_items.c.kind == "output")))  # fmt: skip
         rows = _item_rows(response_id, "output", snapshot["output"])

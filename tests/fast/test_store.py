@@ -406,3 +406,26 @@ def test_every_event_log_passes_the_validator(store_url: str) -> None:
         assert validate_events(validate_sse(replay.text).events).ok
 
     run(store_url, test, engine)
+
+
+def test_a_response_deleted_while_it_runs_leaves_nothing_behind(store_url: str) -> None:
+    """Another replica deleted it: the owner's final write must not bring items back."""
+    from oars.store import Finished, NewResponse, StoredResponse
+
+    async def go() -> None:
+        store = SqlStore(store_url)
+        await store.open()
+        try:
+            snapshot = {"id": "resp_1", "created_at": 1, "status": "in_progress", "output": []}
+            item = {"id": "msg_1", "type": "message", "role": "user", "content": []}
+            await store.begin(NewResponse(StoredResponse(snapshot), [item]), lease_seconds=5)
+            assert await store.delete("resp_1")
+            done = {**snapshot, "status": "completed", "output": [{**item, "id": "msg_2"}]}
+            await store.finish("resp_1", Finished(done, [{"type": "x", "sequence_number": 0}]))
+            assert await store.get("resp_1") is None
+            assert await store.find_items(["msg_1", "msg_2"]) == {}
+            assert await store.events("resp_1", after=-1) == []
+        finally:
+            await store.close()
+
+    asyncio.run(go())
