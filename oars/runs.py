@@ -20,7 +20,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from oars.errors import NotFound, StoreUnavailable
+from oars.errors import InvalidRequest, NotFound, StoreUnavailable
 from oars.events import Event
 from oars.history import History, resolve
 from oars.normalize import ResponseRequest
@@ -87,6 +87,15 @@ class RunHandle:
     @property
     def done(self) -> bool:
         return self.log.closed
+
+    @property
+    def streamed(self) -> bool:
+        """It keeps an event log (streamed, or in the background)."""
+        return self.request.stream or self.request.background
+
+    def stored(self, snapshot: dict[str, Any], owner: str) -> StoredResponse:
+        return StoredResponse(snapshot, background=self.request.background,
+                              streamed=self.streamed, owner=owner)  # fmt: skip
 
     def events(self, after: int = -1) -> AsyncIterator[Event]:
         return self.log.follow(after)
@@ -182,9 +191,8 @@ class Runs:
 
     async def _begin(self, handle: RunHandle) -> None:
         assert self.store is not None
-        r, history = handle.request, handle.history
-        stored = StoredResponse(handle.initial, background=r.background,
-                                streamed=r.stream or r.background, owner=self.replica)  # fmt: skip
+        history = handle.history
+        stored = handle.stored(handle.initial, self.replica)
         new = NewResponse(stored, history.stored_input, history.conversation_id)
         await self.store.begin(new, lease_seconds=self.lease_seconds)
 
@@ -225,9 +233,7 @@ class Runs:
     async def get(self, response_id: str) -> StoredResponse:
         handle = self.active.get(response_id)
         if handle is not None and handle.request.store:
-            r = handle.request
-            return StoredResponse(handle.snapshot, background=r.background,
-                                  streamed=r.stream or r.background, owner=self.replica)  # fmt: skip
+            return handle.stored(handle.snapshot, self.replica)
         stored = await self.store.get(response_id) if self.store is not None else None
         if stored is None:
             raise NotFound(f"Response with id '{response_id}' not found.", param="response_id")
@@ -259,8 +265,6 @@ class Runs:
     async def cancel(self, response_id: str) -> dict[str, Any]:
         stored = await self.get(response_id)
         if not stored.background:
-            from oars.errors import InvalidRequest
-
             raise InvalidRequest("Only background responses can be cancelled.", param=None,
                                  code="invalid_request")  # fmt: skip
         if stored.finished:
@@ -289,12 +293,11 @@ class _Persisted:
     def __init__(self, store: Store | None, handle: RunHandle,
                  begun: asyncio.Future[None] | None) -> None:  # fmt: skip
         self.store, self.handle, self.begun = store, handle, begun
-        r = handle.request
         self.written = 0
         self.status = handle.initial["status"]
         self.error: StoreUnavailable | None = None
         self._stopping = asyncio.Event()
-        streamed = begun is not None and (r.stream or r.background)
+        streamed = begun is not None and handle.streamed
         self._flusher = asyncio.create_task(self._flush_every()) if streamed else None
 
     def _ready(self) -> bool:
@@ -340,8 +343,7 @@ class _Persisted:
             return  # the response was never kept: nothing to finish
         assert self.store is not None
         snapshot = self.handle.snapshot
-        r = self.handle.request
-        tail = self.handle.log.events[self.written :] if r.stream or r.background else []
+        tail = self.handle.log.events[self.written :] if self.handle.streamed else []
         conversation = self.handle.history.conversation_items(snapshot)
         await self.store.finish(self.handle.id, Finished(snapshot, tail, conversation))
         self.written += len(tail)
