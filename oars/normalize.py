@@ -12,9 +12,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from oars.errors import InvalidRequest
+from oars.errors import InvalidRequest, NotFound
 from oars.generation import ChatMessage, Constraint, EngineRequest, GrammarKind, SamplingParams
-from oars.ids import new_id
+from oars.ids import is_id, new_id
 from oars.tools import ToolSet, answer_or_call, echo_tools, parse_tools, resolve, tool_constraint
 
 INCLUDABLE = frozenset(
@@ -210,9 +210,8 @@ def _items(raw: Any, unseal: Unseal | None = None) -> list[ChatMessage]:
             if reasoning and message.role == "assistant":
                 message, reasoning = replace(message, reasoning=reasoning), ""
             messages.append(message)
-        elif kind == "item_reference":
-            if not isinstance(item.get("id"), str) or not item["id"]:
-                raise _fail(f"Invalid '{param}.id': expected an item id.", f"{param}.id")
+        elif kind == "item_reference" and not is_id(item.get("id")):
+            raise _fail(f"Invalid '{param}.id': expected an item id.", f"{param}.id")
         elif kind == "reasoning":
             reasoning += _reasoning_text(item, param, unseal)
         # Other item types of the SDK union (hosted tool calls, ...) carry nothing a chat
@@ -247,9 +246,12 @@ def canonical_input(raw: Any) -> tuple[dict[str, Any], ...]:
     are until the store resolves them). Call after `_items` has validated `raw`."""
     items = [{"type": "message", "role": "user", "content": raw}] if isinstance(raw, str) else raw
     out: list[dict[str, Any]] = []
-    for raw_item in items:
+    for i, raw_item in enumerate(items):
         item = {"type": "message", **raw_item}
         kind = item["type"]
+        if item.get("id") is not None and not is_id(item["id"]):
+            raise _fail(f"Invalid 'input[{i}].id': expected a string of 1 to 200 characters.",
+                        f"input[{i}].id")  # fmt: skip
         if kind == "item_reference":
             out.append({"type": "item_reference", "id": item["id"]})
             continue
@@ -258,8 +260,8 @@ def canonical_input(raw: Any) -> tuple[dict[str, Any], ...]:
             part = ({"type": "output_text", "text": text, "annotations": []}
                     if item["role"] == "assistant" else {"type": "input_text", "text": text})  # fmt: skip
             item["content"] = [part]
-        if not isinstance(item.get("id"), str) or not item["id"]:
-            item = {"id": new_id(_ITEM_PREFIX.get(kind, "item")), **item}
+        if item.get("id") is None:
+            item = {**item, "id": new_id(_ITEM_PREFIX.get(kind, "item"))}
         out.append(item)
     return tuple(out)
 
@@ -459,7 +461,12 @@ def _state(body: Mapping[str, Any], can_store: bool) -> _State:
     if previous is not None and conversation is not None:
         raise _fail("'previous_response_id' and 'conversation' cannot be used together.",
                     "conversation")  # fmt: skip
-    return _State(store, background, previous or None, conversation or None)
+    if previous is not None and not is_id(previous):
+        raise NotFound(f"Previous response with id {previous!r} not found.",
+                       param="previous_response_id", code="previous_response_not_found")  # fmt: skip
+    if conversation is not None and not is_id(conversation):
+        raise NotFound(f"Conversation with id {conversation!r} not found.", param="conversation")
+    return _State(store, background, previous, conversation)
 
 
 def _after_tool_output(raw_input: Any) -> bool:

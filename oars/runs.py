@@ -25,7 +25,7 @@ from oars.events import Event
 from oars.history import History, resolve
 from oars.normalize import ResponseRequest
 from oars.service import ResponsesService, Run
-from oars.store import Finished, NewResponse, Store, StoredResponse
+from oars.store import TERMINAL_STATUSES, Finished, NewResponse, Store, StoredResponse
 
 log = logging.getLogger("oars.runs")
 
@@ -77,6 +77,7 @@ class RunHandle:
         self.log = EventLog()
         self.initial = run.builder.response  # what a background create answers, and is kept
         self.task: asyncio.Task[None] | None = None
+        self.unkept = False  # the store failed it: the response is not kept
         self.generating = False  # the producer is in the generation (where a cancel can stop it)
         self.cancel_requested = False
 
@@ -199,12 +200,13 @@ class Runs:
     async def _produce(self, handle: RunHandle, begun: asyncio.Future[None] | None) -> None:
         logged = _Persisted(self.store if begun is not None else None, handle, begun)
         events = handle.run.events()
+        ending: list[Event] = []  # held back until the response is kept
         try:
             if handle.cancel_requested:
                 raise asyncio.CancelledError  # asked for before this task first ran
             handle.generating = True
             async for event in events:
-                handle.log.append([event])
+                ending = _publish(handle, [event], ending)
                 logged.check()
             handle.generating = False
         except asyncio.CancelledError:
@@ -213,18 +215,23 @@ class Runs:
             await events.aclose()
             if not handle.log.events:
                 handle.log.append(handle.run.builder.start())
-            handle.log.append(handle.run.cancel())
+            ending = _publish(handle, handle.run.cancel(), ending)
         except StoreUnavailable as exc:
             handle.generating = False
             await events.aclose()
             log.error("response %s: %s", handle.id, exc)
-            handle.log.append(handle.run.fail(str(exc), code="store_unavailable"))
+            handle.unkept = True
+            ending = _publish(handle, handle.run.fail(str(exc), code="store_unavailable"), ending)
         try:
             await logged.stop()
-            await logged.finish()
+            await logged.finish(ending)
         except StoreUnavailable as exc:
             log.error("response %s could not be stored: %s", handle.id, exc)
+            handle.unkept = True
+            ending = handle.run.builder.fail_instead(ending, str(exc), "store_unavailable")
         finally:
+            # Readers see the ending only now: a client told `completed` can chain from it.
+            handle.log.append(ending)
             handle.log.close()
             self.active.pop(handle.id, None)
 
@@ -232,6 +239,9 @@ class Runs:
 
     async def get(self, response_id: str) -> StoredResponse:
         handle = self.active.get(response_id)
+        if handle is not None and handle.snapshot["status"] in TERMINAL_STATUSES:
+            await handle.result()  # its ending is being kept: answer what was kept
+            handle = None
         if handle is not None and handle.request.store:
             return handle.stored(handle.snapshot, self.replica)
         stored = await self.store.get(response_id) if self.store is not None else None
@@ -335,7 +345,7 @@ class _Persisted:
             self.written += len(batch)
             self.status = self.handle.snapshot["status"]
 
-    async def finish(self) -> None:
+    async def finish(self, ending: list[Event]) -> None:
         if self.begun is None:
             return
         await asyncio.wait([self.begun])
@@ -343,10 +353,21 @@ class _Persisted:
             return  # the response was never kept: nothing to finish
         assert self.store is not None
         snapshot = self.handle.snapshot
-        tail = self.handle.log.events[self.written :] if self.handle.streamed else []
+        tail = [*self.handle.log.events[self.written :], *ending] if self.handle.streamed else []
         conversation = self.handle.history.conversation_items(snapshot)
         await self.store.finish(self.handle.id, Finished(snapshot, tail, conversation))
         self.written += len(tail)
+
+
+def _publish(handle: RunHandle, events: list[Event], ending: list[Event]) -> list[Event]:
+    """Append events to the log up to the response's ending (an `error` or a terminal event),
+    which is held back and returned."""
+    for event in events:
+        if ending or event["type"] in TERMINAL_EVENTS or event["type"] == "error":
+            ending = [*ending, event]
+        else:
+            handle.log.append([event])
+    return ending
 
 
 def _uncancel() -> None:

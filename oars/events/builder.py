@@ -271,11 +271,20 @@ class ResponseBuilder:
             events.append(self._emit("response.completed", response=self.response))
         return events
 
+    def fail_instead(self, ending: list[Event], message: str, code: str) -> list[Event]:
+        """The ending not sent yet (`ending`, from its first event on) cannot stand, e.g. the
+        response could not be kept: `error` and `response.failed` take its sequence numbers."""
+        self._seq = ending[0]["sequence_number"]
+        self.status, self._incomplete_reason = "failed", None
+        self._error = {"code": _response_error_code(code), "message": message}
+        return [self._emit("error", code=code, message=message, param=None),
+                self._emit("response.failed", response=self.response)]  # fmt: skip
+
     def fail(self, message: str, code: str = "server_error") -> list[Event]:
         """After streaming began: close what is open, then `error` and `response.failed`."""
         events = self._close("incomplete")
         self.status = "failed"
-        self._error = {"code": code, "message": message}
+        self._error = {"code": _response_error_code(code), "message": message}
         events.append(self._emit("error", code=code, message=message, param=None))
         events.append(self._emit("response.failed", response=self.response))
         return events
@@ -422,6 +431,15 @@ class ResponseBuilder:
         )
         events.append(self._part_event("response.content_part.done", item, index))
         return events
+
+
+# `response.error.code` takes only these; other codes (e.g. `store_unavailable`) stay on the
+# `error` event and become `server_error` in the response.
+_RESPONSE_ERROR_CODES = frozenset({"server_error", "rate_limit_exceeded", "invalid_prompt"})
+
+
+def _response_error_code(code: str) -> str:
+    return code if code in _RESPONSE_ERROR_CODES else "server_error"
 
 
 def _custom_input(arguments: str) -> str:

@@ -17,13 +17,13 @@ from collections.abc import AsyncIterator
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from oars.errors import ClientError, EngineError, StoreUnavailable
 from oars.http import conversations, responses
-from oars.http.common import Shared, error, shared
+from oars.http.common import JSON, Shared, error, shared
 from oars.runs import Runs
 from oars.service import ResponsesService
 from oars.store import Store
@@ -35,31 +35,31 @@ async def list_models(request: Request) -> Response:
     oars = shared(request)
     model = {"id": oars.service.engine.info.id, "object": "model", "created": oars.started,
              "owned_by": "oars"}  # fmt: skip
-    return JSONResponse({"object": "list", "data": [model]})
+    return JSON({"object": "list", "data": [model]})
 
 
 async def health(request: Request) -> Response:
     oars = shared(request)
     engine = oars.service.engine
-    return JSONResponse({"status": "ok", "model": engine.info.id, "busy": engine.busy,
+    return JSON({"status": "ok", "model": engine.info.id, "busy": engine.busy,
                          "running": len(oars.runs.active)})  # fmt: skip
 
 
 async def _client_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ClientError)
-    return JSONResponse(exc.body(), status_code=exc.status)
+    return JSON(exc.body(), status_code=exc.status)
 
 
 async def _engine_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, EngineError)
     log.error("engine error before streaming: %s", exc)
-    return JSONResponse(exc.body(), status_code=exc.status)
+    return JSON(exc.body(), status_code=exc.status)
 
 
 async def _store_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StoreUnavailable)
     log.error("%s %s: %s", request.method, request.url.path, exc)
-    return JSONResponse(exc.body(), status_code=exc.status)
+    return JSON(exc.body(), status_code=exc.status)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from oars.errors import InvalidRequest, NotFound
+from oars.ids import is_id
 from oars.runs import Runs
 from oars.service import ResponsesService
 from oars.store import Page, Store
@@ -25,9 +26,28 @@ class Shared:
     started: int
 
 
+class JSON(JSONResponse):
+    """JSON as UTF-8, or ASCII-escaped when it holds a lone surrogate a client sent (which
+    UTF-8 cannot carry): what was stored can always be read back."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return super().render(content)
+        except UnicodeEncodeError:
+            return json.dumps(content, separators=(",", ":")).encode()
+
+
 def shared(request: Request) -> Shared:
     state: Shared = request.app.state.oars
     return state
+
+
+def path_id(request: Request, name: str) -> str:
+    """An id from the path; one that cannot name anything stored is simply not found."""
+    value: str = request.path_params[name]
+    if not is_id(value):
+        raise NotFound(f"No object with id {value!r}.", param=name)
+    return value
 
 
 def store_of(request: Request) -> Store:
@@ -38,9 +58,9 @@ def store_of(request: Request) -> Store:
 
 
 def error(status: int, message: str, type_: str, code: str | None, param: str | None = None
-          ) -> JSONResponse:  # fmt: skip
+          ) -> JSON:  # fmt: skip
     body = {"error": {"message": message, "type": type_, "param": param, "code": code}}
-    return JSONResponse(body, status_code=status)
+    return JSON(body, status_code=status)
 
 
 async def read_json(request: Request) -> Any:

@@ -6,10 +6,10 @@ import time
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from oars.errors import InvalidRequest, NotFound
-from oars.http.common import list_page, page_wire, read_json, store_of
+from oars.http.common import JSON, list_page, page_wire, path_id, read_json, store_of
 from oars.ids import new_id
 from oars.normalize import canonical_input, validate_items, validate_metadata
 from oars.store import Conversation, Page
@@ -49,19 +49,19 @@ async def create(request: Request) -> Response:
     body = await _body(request)
     conversation = Conversation(new_id("conv"), int(time.time()), validate_metadata(body))
     await store.create_conversation(conversation, _items(body, required=False))
-    return JSONResponse(conversation.wire())
+    return JSON(conversation.wire())
 
 
 async def retrieve(request: Request) -> Response:
-    conversation_id = request.path_params["conversation_id"]
+    conversation_id = path_id(request, "conversation_id")
     conversation = await store_of(request).get_conversation(conversation_id)
     if conversation is None:
         raise _missing(conversation_id)
-    return JSONResponse(conversation.wire())
+    return JSON(conversation.wire())
 
 
 async def update(request: Request) -> Response:
-    conversation_id = request.path_params["conversation_id"]
+    conversation_id = path_id(request, "conversation_id")
     body = await _body(request)
     if "metadata" not in body:
         raise InvalidRequest("Missing required parameter: 'metadata'.", param="metadata",
@@ -70,49 +70,49 @@ async def update(request: Request) -> Response:
                                                           validate_metadata(body))  # fmt: skip
     if updated is None:
         raise _missing(conversation_id)
-    return JSONResponse(updated.wire())
+    return JSON(updated.wire())
 
 
 async def delete(request: Request) -> Response:
-    conversation_id = request.path_params["conversation_id"]
+    conversation_id = path_id(request, "conversation_id")
     if not await store_of(request).delete_conversation(conversation_id):
         raise _missing(conversation_id)
-    return JSONResponse({"id": conversation_id, "object": "conversation.deleted",
+    return JSON({"id": conversation_id, "object": "conversation.deleted",
                          "deleted": True})  # fmt: skip
 
 
 async def list_items(request: Request) -> Response:
-    conversation_id = request.path_params["conversation_id"]
+    conversation_id = path_id(request, "conversation_id")
     page = await store_of(request).conversation_items(conversation_id, **list_page(request))
     if page is None:
         raise _missing(conversation_id)
-    return JSONResponse(page_wire(page))
+    return JSON(page_wire(page))
 
 
 async def add_items(request: Request) -> Response:
-    conversation_id = request.path_params["conversation_id"]
+    conversation_id = path_id(request, "conversation_id")
     items = _items(await _body(request), required=True)
     if not await store_of(request).add_conversation_items(conversation_id, items):
         raise _missing(conversation_id)
-    return JSONResponse(page_wire(Page(list(items), False)))
+    return JSON(page_wire(Page(list(items), False)))
 
 
 async def get_item(request: Request) -> Response:
     conversation_id, item_id = (
-        request.path_params["conversation_id"],
-        request.path_params["item_id"],
+        path_id(request, "conversation_id"),
+        path_id(request, "item_id"),
     )
     item = await store_of(request).get_conversation_item(conversation_id, item_id)
     if item is None:
         raise NotFound(f"Item with id '{item_id}' not found in conversation "
                        f"'{conversation_id}'.", param="item_id")  # fmt: skip
-    return JSONResponse(item)
+    return JSON(item)
 
 
 async def delete_item(request: Request) -> Response:
     conversation_id, item_id = (
-        request.path_params["conversation_id"],
-        request.path_params["item_id"],
+        path_id(request, "conversation_id"),
+        path_id(request, "item_id"),
     )
     store = store_of(request)
     if not await store.delete_conversation_item(conversation_id, item_id):
@@ -121,4 +121,4 @@ async def delete_item(request: Request) -> Response:
     conversation = await store.get_conversation(conversation_id)
     if conversation is None:
         raise _missing(conversation_id)
-    return JSONResponse(conversation.wire())
+    return JSON(conversation.wire())

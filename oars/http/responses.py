@@ -9,12 +9,21 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response, StreamingResponse
 
-from oars.errors import InvalidRequest, NotFound
+from oars.errors import InvalidRequest, NotFound, StoreUnavailable
 from oars.events import Event
 from oars.history import resolve
-from oars.http.common import list_page, page_wire, query_int, read_json, shared, store_of
+from oars.http.common import (
+    JSON,
+    list_page,
+    page_wire,
+    path_id,
+    query_int,
+    read_json,
+    shared,
+    store_of,
+)
 from oars.http.sse import encode_stream
 from oars.normalize import ENCRYPTED_REASONING, INCLUDABLE, ResponseRequest, normalize
 from oars.runs import RunHandle
@@ -44,17 +53,16 @@ async def create(request: Request) -> Response:
     if req.stream:
         return _sse(_read(handle, owns=not req.background))
     if req.background:
-        return JSONResponse(handle.initial)
+        return JSON(handle.initial)
     if not await _finish_unless_disconnected(handle, request):
         return Response(status_code=499)  # nobody is listening; the engine has stopped
     response = handle.snapshot
+    if handle.unkept:
+        raise StoreUnavailable(response["error"]["message"])
     if response["status"] == "failed":
-        status = 503 if response["error"]["code"] == "store_unavailable" else 500
-        code = response["error"]["code"]
-        body = {"error": {"message": response["error"]["message"], "type": "server_error",
-                          "param": None, "code": code}}  # fmt: skip
-        return JSONResponse(body, status_code=status)
-    return JSONResponse(response)
+        body = {"error": {**response["error"], "type": "server_error", "param": None}}
+        return JSON(body, status_code=500)
+    return JSON(response)
 
 
 async def _read(handle: RunHandle, after: int = -1, *, owns: bool) -> AsyncIterator[Event]:
@@ -112,7 +120,7 @@ def _with_encrypted_reasoning(request: Request, snapshot: dict[str, Any]) -> dic
 
 
 async def retrieve(request: Request) -> Response:
-    response_id = request.path_params["response_id"]
+    response_id = path_id(request, "response_id")
     include = _include(request)
     runs = shared(request).runs
     stored = await runs.get(response_id)
@@ -121,8 +129,8 @@ async def retrieve(request: Request) -> Response:
         raise InvalidRequest("Invalid 'stream': expected true or false.", param="stream")
     if stream == "false":
         if ENCRYPTED_REASONING in include:
-            return JSONResponse(_with_encrypted_reasoning(request, stored.snapshot))
-        return JSONResponse(stored.snapshot)
+            return JSON(_with_encrypted_reasoning(request, stored.snapshot))
+        return JSON(stored.snapshot)
     if not stored.streamed:
         raise InvalidRequest("This response was neither streamed nor run in the background: it "
                              "has no events to stream.", param="stream")  # fmt: skip
@@ -131,30 +139,30 @@ async def retrieve(request: Request) -> Response:
 
 
 async def delete(request: Request) -> Response:
-    response_id = request.path_params["response_id"]
-    oars = shared(request)
-    handle = oars.runs.active.get(response_id)
-    if handle is not None:
+    response_id = path_id(request, "response_id")
+    store = store_of(request)
+    handle = shared(request).runs.active.get(response_id)
+    if handle is not None and handle.request.store:
         handle.cancel()
         await handle.result()
-    if not await store_of(request).delete(response_id):
+    if not await store.delete(response_id):
         raise NotFound(f"Response with id '{response_id}' not found.", param="response_id")
-    return JSONResponse({"id": response_id, "object": "response", "deleted": True})
+    return JSON({"id": response_id, "object": "response", "deleted": True})
 
 
 async def cancel(request: Request) -> Response:
     store_of(request)
-    snapshot = await shared(request).runs.cancel(request.path_params["response_id"])
-    return JSONResponse(snapshot)
+    snapshot = await shared(request).runs.cancel(path_id(request, "response_id"))
+    return JSON(snapshot)
 
 
 async def input_items(request: Request) -> Response:
-    response_id = request.path_params["response_id"]
+    response_id = path_id(request, "response_id")
     _include(request)
     page = await store_of(request).input_items(response_id, **list_page(request))
     if page is None:
         raise NotFound(f"Response with id '{response_id}' not found.", param="response_id")
-    return JSONResponse(page_wire(page))
+    return JSON(page_wire(page))
 
 
 async def input_tokens(request: Request) -> Response:
@@ -163,4 +171,4 @@ async def input_tokens(request: Request) -> Response:
     history = await resolve(req, oars.store)
     count = await asyncio.to_thread(oars.service.count_tokens, history.request)
     body: dict[str, Any] = {"object": "response.input_tokens", "input_tokens": count}
-    return JSONResponse(body)
+    return JSON(body)

@@ -341,7 +341,7 @@ class SqlStore:
     async def add_conversation_items(self, conversation_id: str, items: Sequence[Json]) -> bool:
         async with self.engine.begin() as conn:
             exists = (await conn.execute(select(conversations.c.id).where(
-                conversations.c.id == conversation_id).with_for_update())).first()  # fmt: skip
+                conversations.c.id == conversation_id))).first()  # fmt: skip
             if exists is None:
                 return False
             await self._add_items(conn, conversation_id, items)
@@ -352,6 +352,10 @@ class SqlStore:
                          items: Sequence[Json]) -> None:  # fmt: skip
         if not items:
             return
+        # Turns of one conversation may end together on several replicas: the conversation's
+        # row lock orders their appends (SQLite serializes writers anyway).
+        await conn.execute(select(conversations.c.id).where(
+            conversations.c.id == conversation_id).with_for_update())  # fmt: skip
         last = (await conn.execute(select(func.max(conversation_items.c.position)).where(
             conversation_items.c.conversation_id == conversation_id))).scalar()  # fmt: skip
         start = 0 if last is None else int(last) + 1

@@ -23,9 +23,10 @@ Client = httpx.AsyncClient
 
 
 @asynccontextmanager
-async def _client(url: str | None, engine: ScriptedEngine, **kw: Any) -> AsyncIterator[Client]:
+async def _client(url: str | None, engine: ScriptedEngine, store: SqlStore | None = None,
+                  **kw: Any) -> AsyncIterator[Client]:  # fmt: skip
     service = ResponsesService(engine, sealer=Sealer(b"0" * 43 + b"="))
-    app = create_app(service, SqlStore(url) if url else None, **kw)
+    app = create_app(service, store or (SqlStore(url) if url else None), **kw)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://t/v1") as client:
@@ -33,9 +34,9 @@ async def _client(url: str | None, engine: ScriptedEngine, **kw: Any) -> AsyncIt
 
 
 def run(url: str | None, test: Callable[[Client], Awaitable[None]],
-        engine: ScriptedEngine | None = None) -> None:  # fmt: skip
+        engine: ScriptedEngine | None = None, store: SqlStore | None = None) -> None:  # fmt: skip
     async def go() -> None:
-        async with _client(url, engine or ScriptedEngine()) as client:
+        async with _client(url, engine or ScriptedEngine(), store) as client:
             await test(client)
 
     asyncio.run(go())
@@ -429,3 +430,105 @@ def test_a_response_deleted_while_it_runs_leaves_nothing_behind(store_url: str) 
             await store.close()
 
     asyncio.run(go())
+
+
+class _SlowFinish(SqlStore):
+    """A real store whose final write of a response lands late (a busy database)."""
+
+    async def finish(self, response_id: str, done: Any) -> None:
+        await asyncio.sleep(0.3)
+        await super().finish(response_id, done)
+
+
+class _FailingFinish(SqlStore):
+    """A real store that goes away just as a response ends."""
+
+    async def finish(self, response_id: str, done: Any) -> None:
+        from oars.errors import StoreUnavailable
+
+        raise StoreUnavailable("The response store is unavailable: gone")
+
+
+def test_completed_is_said_only_once_it_is_kept(store_url: str) -> None:
+    """A client told `completed` chains from it at once: the answer must be in the store."""
+    engine = ScriptedEngine(["Paris"])
+
+    async def test(client: Client) -> None:
+        made = (await client.post("/responses", json={"input": "capital?", "background": True})
+                ).json()  # fmt: skip
+        await _until(client, made["id"], ("completed",))
+        await client.post(
+            "/responses", json={"input": "and Spain?", "previous_response_id": made["id"]}
+        )
+        assert [m.content for m in engine.requests[-1].messages] == [
+            "capital?", "Paris", "and Spain?"]  # fmt: skip
+
+    run(None, test, engine, _SlowFinish(store_url))
+
+
+def test_a_response_that_could_not_be_kept_is_not_reported_kept(store_url: str) -> None:
+    async def test(client: Client) -> None:
+        plain = await client.post("/responses", json={"input": "x"})
+        assert plain.status_code == 503 and plain.json()["error"]["code"] == "store_unavailable"
+        streamed = await client.post("/responses", json={"input": "x", "stream": True})
+        report = validate_sse(streamed.text)
+        assert report.ok, report.text()
+        assert [e["type"] for e in report.events[-2:]] == ["error", "response.failed"]
+        assert report.events[-2]["code"] == "store_unavailable"
+
+    run(None, test, None, _FailingFinish(store_url))
+
+
+def test_concurrent_turns_of_one_conversation_all_land(store_url: str) -> None:
+    engine = ScriptedEngine(["ok"], delay=0.01)
+
+    async def test(client: Client) -> None:
+        conv = (await client.post("/conversations", json={})).json()
+        turns = [client.post("/responses", json={"input": f"t{i}", "conversation": conv["id"]})
+                 for i in range(6)]  # fmt: skip
+        assert all(r.status_code == 200 for r in await asyncio.gather(*turns))
+        items = (await client.get(f"/conversations/{conv['id']}/items", params={"limit": 100})
+                 ).json()  # fmt: skip
+        assert len(items["data"]) == 12
+
+    run(store_url, test, engine)
+
+
+def test_ids_a_client_sends_are_checked(store_url: str) -> None:
+    async def test(client: Client) -> None:
+        ok = await client.post(
+            "/responses",
+            json={"input": [{"type": "message", "id": None, "role": "user", "content": "x"}]},
+        )
+        assert ok.status_code == 200
+        items = (await client.get(f"/responses/{ok.json()['id']}/input_items")).json()
+        assert items["data"][0]["id"].startswith("msg_")
+        for bad in (5, "", "x" * 201, "a\x00b"):
+            r = await client.post(
+                "/responses",
+                json={"input": [{"type": "message", "id": bad, "role": "user", "content": "x"}]},
+            )
+            assert r.status_code == 400 and r.json()["error"]["param"] == "input[0].id", bad
+        for previous in ("", "resp_\x00", "r" * 300):
+            r = await client.post(
+                "/responses", json={"input": "x", "previous_response_id": previous}
+            )
+            assert r.status_code == 404, previous
+        assert (await client.get("/responses/resp_%00x")).status_code == 404
+        assert (await client.get(f"/conversations/{'c' * 300}")).status_code == 404
+
+    run(store_url, test)
+
+
+def test_a_lone_surrogate_is_kept_and_read_back(store_url: str) -> None:
+    async def test(client: Client) -> None:
+        conv = (await client.post("/conversations", json={})).json()
+        body = b'{"items": [{"role": "user", "content": "a\\ud800b"}]}'
+        added = await client.post(f"/conversations/{conv['id']}/items", content=body,
+                                  headers={"content-type": "application/json"})  # fmt: skip
+        assert added.status_code == 200
+        items = await client.get(f"/conversations/{conv['id']}/items")
+        assert items.status_code == 200
+        assert items.json()["data"][0]["content"][0]["text"] == "a\ud800b"
+
+    run(store_url, test)
