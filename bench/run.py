@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 
 from oars.engines.llama import LlamaEngine
-from oars.generation import ChatMessage, Constraint, EngineRequest, GrammarKind, SamplingParams
+from oars.generation import ChatMessage, EngineRequest, OutputFormat, SamplingParams
 from oars.http.sse import encode
 from oars.normalize import normalize
 from oars.service import ResponsesService
@@ -61,15 +61,15 @@ JSON_SCHEMA = {
 
 async def _raw(
     engine: LlamaEngine, rep: int, tokens: int, prompt: str = PROMPT,
-    constraint: Constraint | None = None,
+    output: OutputFormat | None = None,
 ) -> Run:  # fmt: skip
     request = EngineRequest(
         (ChatMessage("user", f"Run {rep}. {prompt}"),),
         SamplingParams(temperature=0, max_output_tokens=tokens),
-        constraint=constraint,
+        output=output,
     )
     start = time.perf_counter()
-    prepared = engine.prepare(request)
+    prepared = await engine.open(request)
     first = last = 0.0
     produced = 0
     async for chunk in engine.generate(prepared):
@@ -120,13 +120,13 @@ def _builder(n: int) -> tuple[float, float]:
 
     async def chunks_only() -> float:
         start = time.perf_counter()
-        prepared = engine.prepare(normalize({"input": "x"}, served_model="m").engine)
+        prepared = await engine.open(normalize({"input": "x"}, served_model="m").engine)
         count = sum([1 async for _ in engine.generate(prepared)])
         return count / (time.perf_counter() - start)
 
     async def through_builder() -> float:
         start = time.perf_counter()
-        run = ResponsesService(engine).start(normalize({"input": "x"}, served_model="m"))
+        run = await ResponsesService(engine).start(normalize({"input": "x"}, served_model="m"))
         count = 0
         async for event in run.events():
             encode(event)
@@ -169,7 +169,7 @@ def main() -> None:
         for rep in range(8 * args.reps):  # TTFT is noisy: many short alternating runs
             ttft_off.append(_ttft(base, rep + 6000, store=False))
             ttft_on.append(_ttft(base, rep + 7000, store=True))
-        constraint = Constraint(GrammarKind.JSON_SCHEMA, json.dumps(JSON_SCHEMA))
+        constraint = OutputFormat(JSON_SCHEMA)
         free_runs, json_runs = [], []
         asyncio.run(_raw(engine, -2, 8, JSON_PROMPT, constraint))  # builds the tokenizer once
         for rep in range(args.reps):

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from oars.errors import OarsError
-from oars.parsing.pipeline import TOOL_FORMATS
+from oars.family import CALL_FORMATS
 
 
 def _env(name: str, default: str) -> str:
@@ -36,7 +36,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--threads", type=int, default=None)
     serve.add_argument(
         "--tool-format",
-        choices=TOOL_FORMATS,
+        choices=CALL_FORMATS,
         default=None,
         help="how the model writes tool calls (default: guessed from its template)",
     )

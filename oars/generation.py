@@ -1,4 +1,9 @@
-"""Plain frozen value types shared between normalize, engines, the service and the builder."""
+"""Plain frozen value types shared between normalize, engines, the service and the builder.
+
+An `EngineRequest` says what the client wants (messages, sampling, the tools it may call, the
+output format), never how one engine gets it: the embedded engine compiles grammars from it
+through the model's `Family`, an upstream engine translates it to chat completions.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +12,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from oars.parsing.segments import Segment
+from oars.tools import ToolSet
+
 MIN_TEMPERATURE = 1e-4
 
 
 class FinishReason(enum.Enum):
     STOP = "stop"  # end-of-generation token or a stop sequence
     LENGTH = "length"  # max_output_tokens (or the context window) reached
+    TOOL_CALLS = "tool_calls"  # an upstream stopped after its calls
+    CONTENT_FILTER = "content_filter"  # an upstream withheld the rest
 
 
 @dataclass(frozen=True)
@@ -53,33 +63,19 @@ class ChatMessage:
         return out
 
 
-class GrammarKind(enum.Enum):
-    JSON_SCHEMA = "json_schema"
-    LARK = "lark"
-    REGEX = "regex"
-
-
 @dataclass(frozen=True)
-class Constraint:
-    """Output must match a grammar, from the first token or (lazily) from a trigger on.
+class OutputFormat:
+    """`text.format` as JSON: the reply is one JSON value that follows `schema`."""
 
-    With `triggers` (regexes), text is free until one matches the output; the grammar then applies
-    from where the match's group 1 starts (the text already there is fed to it first). When the
-    grammar completes, generation stops, unless `rearm` and the trigger can match again later.
-    `param` names the request field the grammar came from, for error messages; `fallback` is a
-    looser grammar to use when the compiler cannot take `source`. A grammar that writes calls as
-    JSON call objects (the Hermes way) has `calls`; for families that write calls otherwise it
-    is replaced by `without_calls` (None: no constraint).
-    """
-
-    kind: GrammarKind
-    source: str  # the schema as JSON text, or the grammar text
+    schema: Mapping[str, Any]
+    kind: str = "json_schema"  # or "json_object"
+    name: str = "response"
+    strict: bool | None = None
     param: str = "text.format.schema"
-    triggers: tuple[str, ...] = ()
-    rearm: bool = False
-    fallback: str | None = None
-    calls: bool = False
-    without_calls: Constraint | None = None
+
+
+def _no_tools() -> ToolSet:
+    return ToolSet((), (), "none")
 
 
 @dataclass(frozen=True)
@@ -88,14 +84,12 @@ class EngineRequest:
 
     messages: tuple[ChatMessage, ...]
     sampling: SamplingParams = field(default_factory=SamplingParams)
-    tools: tuple[Mapping[str, Any], ...] = ()  # chat-completions shape, for the template
+    tools: ToolSet = field(default_factory=_no_tools)  # offered, callable now, and the mode
+    parallel_tool_calls: bool = True
+    output: OutputFormat | None = None  # None: free text
     top_logprobs: int | None = None  # None: no logprobs; 0..20: logprob plus that many alternatives
-    template_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    constraint: Constraint | None = None
-    # The reply may not open with these (after whitespace). After a tool result, small models
-    # tend to repeat the call as a bare JSON object instead of answering: ("{", "`") stops that,
-    # while calls in the family's own tags stay possible.
-    opening_ban: tuple[str, ...] = ()
+    reasoning_effort: str | None = None  # as the request said it (`none` … `max`)
+    after_tool_output: bool = False  # the input ends with a tool's output
 
 
 @dataclass(frozen=True)
@@ -125,10 +119,16 @@ class Usage:
 
 @dataclass(frozen=True)
 class EngineChunk:
-    """Text produced by one or more tokens; the last chunk of a generation carries `finish`."""
+    """Output of one or more tokens; the last chunk of a generation carries `finish`.
 
-    text: str
+    `text` is raw model output, read by the generation's parser. An engine that gets output
+    already parsed (an upstream's reasoning and indexed call deltas) sends it as `segments`,
+    which come after the chunk's text.
+    """
+
+    text: str = ""
     num_tokens: int = 0
     logprobs: tuple[TokenLogprob, ...] = ()
     finish: FinishReason | None = None
     usage: Usage | None = None
+    segments: tuple[Segment, ...] = ()

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from oars.errors import InvalidRequest, NotFound
-from oars.generation import ChatMessage, Constraint, EngineRequest, GrammarKind, SamplingParams
+from oars.generation import ChatMessage, EngineRequest, OutputFormat, SamplingParams
 from oars.ids import is_id, new_id
-from oars.tools import ToolSet, answer_or_call, echo_tools, parse_tools, resolve, tool_constraint
+from oars.tools import ToolSet, echo_tools, parse_tools, resolve
 
 INCLUDABLE = frozenset(
     {
@@ -301,8 +301,8 @@ def _with_system(messages: list[ChatMessage], instructions: str | None) -> list[
 # ---- tools and settings -----------------------------------------------------------------------
 
 
-def _text_format(body: Mapping[str, Any]) -> tuple[dict[str, Any], Constraint | None]:
-    """(the `text` echo, the output constraint it asks for)."""
+def _text_format(body: Mapping[str, Any]) -> tuple[dict[str, Any], OutputFormat | None]:
+    """(the `text` echo, the JSON output it asks for)."""
     text = _get(body, "text", (dict,), "text") or {}
     verbosity = text.get("verbosity") or "medium"
     if verbosity not in ("low", "medium", "high"):
@@ -314,16 +314,14 @@ def _text_format(body: Mapping[str, Any]) -> tuple[dict[str, Any], Constraint | 
     if kind == "text":
         return {"format": {"type": "text"}, "verbosity": verbosity}, None
     if kind == "json_object":
-        schema = {"type": "object"}
-        return {"format": {"type": "json_object"}, "verbosity": verbosity}, _json(schema)
+        output = OutputFormat({"type": "object"}, kind="json_object")
+        return {"format": {"type": "json_object"}, "verbosity": verbosity}, output
     if kind == "json_schema":
-        return {"format": _json_schema_format(fmt), "verbosity": verbosity}, _json(fmt["schema"])
+        echo = _json_schema_format(fmt)
+        output = OutputFormat(echo["schema"], name=echo["name"], strict=echo["strict"])
+        return {"format": echo, "verbosity": verbosity}, output
     raise _fail(f"Invalid 'text.format.type': {kind!r}; expected text, json_schema or "
                 "json_object.", "text.format.type")  # fmt: skip
-
-
-def _json(schema: Mapping[str, Any]) -> Constraint:
-    return Constraint(GrammarKind.JSON_SCHEMA, json.dumps(schema), param="text.format.schema")
 
 
 def _json_schema_format(fmt: Mapping[str, Any]) -> dict[str, Any]:
@@ -357,21 +355,6 @@ def _reasoning(body: Mapping[str, Any]) -> dict[str, Any]:
         raise _fail(f"Invalid 'reasoning.summary': expected one of {', '.join(_SUMMARIES)}.",
                     "reasoning.summary")  # fmt: skip
     return {"effort": effort, "summary": summary}
-
-
-def _reasoning_switches(reasoning: Mapping[str, Any]) -> dict[str, Any]:
-    """`reasoning.effort` → the chat-template variables model families read.
-
-    Qwen3-style templates read `enable_thinking`; gpt-oss reads `reasoning_effort` (low, medium,
-    high). Templates ignore variables they do not use, so both are set.
-    """
-    effort = reasoning.get("effort")
-    if effort is None:
-        return {}
-    if effort == "none":
-        return {"enable_thinking": False}
-    level = {"minimal": "low", "xhigh": "high", "max": "high"}.get(effort, effort)
-    return {"enable_thinking": True, "reasoning_effort": level}
 
 
 def _include(body: Mapping[str, Any]) -> list[str]:
@@ -474,38 +457,13 @@ def _after_tool_output(raw_input: Any) -> bool:
     return isinstance(last, dict) and str(last.get("type", "")).endswith("call_output")
 
 
-def _opening_ban(after_output: bool, toolset: ToolSet) -> tuple[str, ...]:
-    """Right after tool output, in `auto` mode, the reply may not open with a bare JSON call.
-
-    Small models otherwise repeat the call instead of answering. A call in the family's own
-    tags (`<tool_call>`) stays possible. (With a JSON `text.format` no tool is callable then,
-    so its reply is never banned from opening with `{`.)
-    """
-    return ("{", "`", "(", "[", '"') if after_output and toolset.mode == "auto" else ()
-
-
-def _one_constraint(toolset: ToolSet, calls: Constraint | None, text: Constraint | None,
-                    *, after_output: bool) -> tuple[ToolSet, Constraint | None]:  # fmt: skip
-    """What constrains the reply, and the tools it may still call.
-
-    A forced call owns the reply. With a JSON `text.format`, the reply is the answer or one
-    call; right after a tool's output it is the answer (small models otherwise call again).
-    Otherwise calls are constrained lazily, from the moment one starts.
-    """
-    if calls is not None and not calls.triggers:
-        if text is not None:
-            raise _fail("A forced tool call cannot also follow 'text.format'.", "tool_choice")
-        return toolset, calls
-    if text is None:
-        return toolset, calls
-    if calls is None or after_output:
-        return ToolSet(toolset.offered, (), "none"), text
-    return toolset, answer_or_call(toolset, text)
-
-
-def _check_stop(stop: tuple[str, ...], constraint: Constraint | None) -> None:
-    """A stop sequence could cut a JSON output or a forced call short: not both at once."""
-    if stop and constraint is not None and not constraint.triggers:
+def _check_forced(toolset: ToolSet, output: OutputFormat | None, stop: tuple[str, ...]) -> None:
+    """A forced call owns the reply: not with a JSON `text.format`. A stop sequence could cut a
+    JSON output or a forced call short before it is valid: not with either."""
+    forced = toolset.mode == "required"
+    if forced and output is not None:
+        raise _fail("A forced tool call cannot also follow 'text.format'.", "tool_choice")
+    if stop and (forced or output is not None):
         raise _fail("'stop' cannot be combined with a JSON 'text.format' or a forced tool call: "
                     "a stop sequence could cut the output before it is valid.", "stop")  # fmt: skip
 
@@ -547,11 +505,8 @@ def normalize(body: Any, *, served_model: str, default_temperature: float = 1.0,
     parallel = _get(body, "parallel_tool_calls", (bool,), "parallel_tool_calls")
     parallel = True if parallel is None else parallel
     sampling = _sampling(body, default_temperature)
-    text_echo, text_constraint = _text_format(body)
-    after_output = _after_tool_output(body["input"])
-    toolset, constraint = _one_constraint(toolset, tool_constraint(toolset, parallel=parallel),
-                                          text_constraint, after_output=after_output)  # fmt: skip
-    _check_stop(sampling.stop, constraint)
+    text_echo, output = _text_format(body)
+    _check_forced(toolset, output, sampling.stop)
     reasoning = _reasoning(body)
     include = _include(body)
     top_logprobs = _integer(body, "top_logprobs", 0, 20)
@@ -559,11 +514,12 @@ def normalize(body: Any, *, served_model: str, default_temperature: float = 1.0,
     engine = EngineRequest(
         messages=tuple(messages),
         sampling=sampling,
-        tools=tuple(t.to_template() for t in toolset.offered) if toolset.mode != "none" else (),
+        tools=toolset,
+        parallel_tool_calls=parallel,
+        output=output,
         top_logprobs=(top_logprobs or 0) if include_logprobs else None,
-        template_kwargs=_reasoning_switches(reasoning),
-        constraint=constraint,
-        opening_ban=_opening_ban(after_output, toolset),
+        reasoning_effort=reasoning["effort"],
+        after_tool_output=_after_tool_output(body["input"]),
     )
     echo = {
         "background": state.background,

@@ -173,7 +173,7 @@ class Runs:
         """Resolve history, keep the response, start producing. Errors here come before any
         byte of the response: client errors are 4xx, a store that is down is a 503."""
         history = await resolve(request, self.store)
-        run = await asyncio.to_thread(self.service.start, history.request)
+        run = await self.service.start(history.request)
         handle = RunHandle(request, run, history)
         # The first write overlaps the prefill; no byte is sent before it has landed.
         begun = asyncio.ensure_future(self._begin(handle)) if request.store else None

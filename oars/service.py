@@ -6,40 +6,63 @@ import logging
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field, replace
 
-from oars.engines import Engine, Prepared
-from oars.errors import EngineError
+from oars.engines import Engine, Opened
+from oars.errors import EngineError, NotFound
 from oars.events import Event, ResponseBuilder
 from oars.generation import EngineChunk, TokenLogprob, Usage
 from oars.normalize import ResponseRequest
 from oars.parsing import Segment, SegmentKind
-from oars.parsing.pipeline import output_parser
 from oars.sealing import Sealer
 
 log = logging.getLogger("oars.service")
 
 
 class ResponsesService:
-    def __init__(self, engine: Engine, *, default_temperature: float | None = None,
-                 sealer: Sealer | None = None) -> None:  # fmt: skip
-        self.engine = engine
+    """The models served (the first is the default) and how a request becomes a run.
+
+    With `strict_models`, a request naming a model not served is a 404; otherwise (one
+    embedded model) any name is served by the default model, as llama.cpp's server does.
+    """
+
+    def __init__(self, engines: Engine | dict[str, Engine], *,
+                 default_temperature: float | None = None, sealer: Sealer | None = None,
+                 strict_models: bool = False) -> None:  # fmt: skip
+        self.engines = engines if isinstance(engines, dict) else {engines.info.id: engines}
+        self.default_model = next(iter(self.engines))
+        self.strict_models = strict_models or len(self.engines) > 1
         self.default_temperature = 1.0 if default_temperature is None else default_temperature
         self.sealer = sealer  # encrypts reasoning for `include: ["reasoning.encrypted_content"]`
 
-    def start(self, request: ResponseRequest) -> Run:
-        """Accept a request; client errors (e.g. context length) raise here, before any byte."""
-        prepared = self.engine.prepare(request.engine)
+    @property
+    def engine(self) -> Engine:
+        """The default model's engine."""
+        return self.engines[self.default_model]
+
+    def engine_for(self, model: str) -> Engine:
+        engine = self.engines.get(model)
+        if engine is not None:
+            return engine
+        if self.strict_models:
+            raise NotFound(f"The model {model[:200]!r} does not exist; this server serves "
+                           f"{', '.join(self.engines)}.", param="model", code="model_not_found")  # fmt: skip
+        return self.engine
+
+    async def start(self, request: ResponseRequest) -> Run:
+        """Accept a request; errors before any byte raise here (context length, a model that
+        is not served, an upstream that refuses)."""
+        engine = self.engine_for(request.model)
+        opened = await engine.open(request.engine)
         tools = {t.model_name: t for t in request.tools.callable}
         builder = ResponseBuilder(
             request.echo, include_logprobs=request.include_logprobs, model=request.model,
             tools=tools, background=request.background,
             seal=self.sealer.seal if self.sealer and request.include_encrypted_reasoning else None,
         )  # fmt: skip
-        return Run(self.engine, prepared, builder, request)
+        return Run(engine, opened, builder, request)
 
-    def count_tokens(self, request: ResponseRequest) -> int:
-        """The input tokens the request's prompt takes (no output constraint is compiled)."""
-        engine_request = replace(request.engine, constraint=None)
-        return len(self.engine.prepare(engine_request).prompt_tokens)
+    async def count_tokens(self, request: ResponseRequest) -> int:
+        """The input tokens the request's prompt takes."""
+        return await self.engine_for(request.model).count_tokens(request.engine)
 
 
 @dataclass
@@ -71,17 +94,10 @@ class Run:
     """One generation in flight."""
 
     def __init__(
-        self, engine: Engine, prepared: Prepared, builder: ResponseBuilder, request: ResponseRequest
+        self, engine: Engine, opened: Opened, builder: ResponseBuilder, request: ResponseRequest
     ) -> None:
-        self.engine, self.prepared, self.builder = engine, prepared, builder
-        tags = engine.info.think_tags
-        self.parser = output_parser(
-            think_tags=tags,
-            in_reasoning=tags is not None and prepared.prompt.rstrip().endswith(tags[0]),
-            tool_names=request.tools.names,
-            tool_format=engine.info.tool_format,
-            string_params={t.model_name: t.string_parameters for t in request.tools.callable},
-        )
+        self.engine, self.opened, self.builder = engine, opened, builder
+        self.parser = opened.parser
         self._single_call = not request.parallel_tool_calls
         self._calls_done = 0
         self._degraded = 0
@@ -96,7 +112,7 @@ class Run:
             yield event
         finish: EngineChunk | None = None
         try:
-            async for chunk in self.engine.generate(self.prepared):
+            async for chunk in self.engine.generate(self.opened):
                 for event in self._apply(chunk):
                     yield event
                 if chunk.finish is not None:
@@ -115,7 +131,9 @@ class Run:
             for event in self._fail("the engine stopped without finishing"):
                 yield event
             return
-        usage = replace(finish.usage or Usage(), reasoning_tokens=self._reasoning_tokens)
+        usage = finish.usage or Usage()
+        if not usage.reasoning_tokens:  # unless the engine counted them itself
+            usage = replace(usage, reasoning_tokens=self._reasoning_tokens)
         for event in self._release() + self.builder.finish(finish.finish, usage):
             yield event
         response = self.builder.response
@@ -181,9 +199,10 @@ class Run:
             self._reasoning_tokens += carry.num_tokens
 
     def _parse(self, chunk: EngineChunk) -> list[Segment]:
-        segments = self.parser.feed(chunk.text)
+        segments = self.parser.feed(chunk.text) if chunk.text else []
         if chunk.finish is not None:
             segments += self.parser.finish()
+        segments += chunk.segments
         if self.parser.degraded > self._degraded:
             self._degraded = self.parser.degraded
             log.warning("model wrote call-like text that is not a valid call; sent as text")

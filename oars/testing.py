@@ -11,9 +11,19 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
-from oars.engines.base import ModelInfo, Prepared
+from oars.engines.base import ModelInfo, Opened
 from oars.errors import ContextLengthExceeded, EngineError
+from oars.events import Event
+from oars.family import Family, Plan
 from oars.generation import EngineChunk, EngineRequest, FinishReason, TokenLogprob, Usage
+from oars.normalize import ResponseRequest
+from oars.service import ResponsesService
+
+
+@dataclass(frozen=True)
+class Prepared(Opened):
+    prompt: str = ""
+    prompt_tokens: tuple[int, ...] = ()
 
 
 @dataclass
@@ -25,23 +35,38 @@ class ScriptedEngine:
     script: Sequence[object] = ("Hello", " world", "!")
     finish: FinishReason = FinishReason.STOP
     info: ModelInfo = field(default_factory=lambda: ModelInfo("scripted", context_length=4096))
+    family: Family = field(default_factory=lambda: Family("hermes", guards=True))
     logprobs: bool = False
     delay: float = 0.0
     busy: bool = False
     requests: list[EngineRequest] = field(default_factory=list)
+    plans: list[Plan] = field(default_factory=list)  # what the embedded engine would run
 
     def prepare(self, request: EngineRequest) -> Prepared:
         prompt = "\n".join(f"{m.role}: {m.content}" for m in request.messages)
         tokens = tuple(range(len(prompt.split())))
-        if len(tokens) > self.info.context_length:
+        limit = self.info.context_length or 0
+        if len(tokens) > limit:
             raise ContextLengthExceeded(
-                f"The prompt has {len(tokens)} tokens; this model's context is "
-                f"{self.info.context_length}."
+                f"The prompt has {len(tokens)} tokens; this model's context is {limit}."
             )
+        plan = self.family.plan(request)
         self.requests.append(request)
-        return Prepared(request, prompt, tokens)
+        self.plans.append(plan)
+        parser = self.family.parser(
+            plan.tools, in_reasoning=self.family.starts_in_reasoning(prompt)
+        )
+        return Prepared(request, parser, prompt, tokens)
 
-    async def generate(self, prepared: Prepared) -> AsyncIterator[EngineChunk]:
+    async def open(self, request: EngineRequest) -> Opened:
+        return self.prepare(request)
+
+    async def count_tokens(self, request: EngineRequest) -> int:
+        return len(self.prepare(request).prompt_tokens)
+
+    async def generate(self, opened: Opened) -> AsyncIterator[EngineChunk]:
+        assert isinstance(opened, Prepared)
+        prepared = opened
         limit = prepared.request.sampling.max_output_tokens
         produced = 0
         for piece in self.script:
@@ -66,3 +91,13 @@ class ScriptedEngine:
     def _last(prepared: Prepared, produced: int, reason: FinishReason) -> EngineChunk:
         usage = Usage(input_tokens=len(prepared.prompt_tokens), output_tokens=produced)
         return EngineChunk("", 0, finish=reason, usage=usage)
+
+
+def run_to_end(service: ResponsesService, request: ResponseRequest) -> list[Event]:
+    """Every event of one run, without the HTTP layer (for tests and benchmarks)."""
+
+    async def collect() -> list[Event]:
+        run = await service.start(request)
+        return [event async for event in run.events()]
+
+    return asyncio.run(collect())

@@ -14,7 +14,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from oars.errors import InvalidRequest
-from oars.generation import Constraint, GrammarKind
 from oars.json_lark import json_string_grammar
 
 CUSTOM_SCHEMA: dict[str, Any] = {
@@ -25,11 +24,7 @@ CUSTOM_SCHEMA: dict[str, Any] = {
 }
 ANY_OBJECT: dict[str, Any] = {"type": "object"}
 # llguidance's JSON layout for output constrained from the first token: no free whitespace.
-_COMPACT_JSON = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
-
-# Where a call object starts in free text: as the whole reply (bare or in a ```json fence, the
-# way small Qwen models answer) or after a Hermes `<tool_call>` tag anywhere.
-TRIGGERS = (r"^\s*(?:```(?:json)?\s*)?(\{)", r"<tool_call>\s*(\{)")
+COMPACT_JSON = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 
 @dataclass(frozen=True)
@@ -259,7 +254,7 @@ def call_grammar(
     sep = '"\\n"' if compact else "WS?"
     start = f"start: call ({sep} call)*\n" if many else "start: call\n"
     if answer is not None:
-        schema = json.dumps({**json.loads(answer), "x-guidance": _COMPACT_JSON})
+        schema = json.dumps({**json.loads(answer), "x-guidance": COMPACT_JSON})
         start = f"start: call | answer\nanswer: %json {schema}\n"
     return start + f"call: {calls}\n" + "".join(rules) + "WS: /[ \\t\\n]{1,16}/\n"
 
@@ -272,38 +267,5 @@ def _arguments_rule(tool: Tool, rule: str, *, relaxed: bool, compact: bool) -> s
             return (f'{rule}: "{{" {gap} "\\"input\\"" {gap} ":" {space} "\\"" {rule}_start '
                     f'"\\"" {gap} "}}"\n{inner}\n')  # fmt: skip
     schema = ANY_OBJECT if relaxed else tool.parameters
-    schema = {**schema, "x-guidance": _COMPACT_JSON if compact else {"whitespace_flexible": True}}
+    schema = {**schema, "x-guidance": COMPACT_JSON if compact else {"whitespace_flexible": True}}
     return f"{rule}: %json {json.dumps(schema)}\n"
-
-
-def tool_constraint(toolset: ToolSet, *, parallel: bool) -> Constraint | None:
-    """Forced calls are constrained from the first token; `auto` lazily, from a trigger on."""
-    if toolset.mode == "none" or not toolset.callable:
-        return None
-    forced = toolset.mode == "required"
-    many = forced and parallel
-    grammar = call_grammar(toolset.callable, many=many, compact=forced)
-    relaxed = call_grammar(toolset.callable, many=many, compact=forced, relaxed=True)
-    return Constraint(
-        GrammarKind.LARK,
-        grammar,
-        param="tools",
-        triggers=() if forced else TRIGGERS,
-        rearm=parallel,
-        fallback=relaxed,
-        calls=True,
-    )
-
-
-def answer_or_call(toolset: ToolSet, answer: Constraint) -> Constraint:
-    """`text.format` with tools the model may call: the reply is the JSON answer or one call,
-    whichever the model starts writing (constrained from the first token)."""
-    tools = toolset.callable
-    return Constraint(
-        GrammarKind.LARK,
-        call_grammar(tools, many=False, compact=True, answer=answer.source),
-        param=answer.param,
-        fallback=call_grammar(tools, many=False, compact=True, relaxed=True, answer=answer.source),
-        calls=True,
-        without_calls=answer,
-    )

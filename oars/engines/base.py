@@ -1,4 +1,4 @@
-"""The Engine protocol: two methods, nothing about HTTP or the Responses API."""
+"""The Engine protocol: open a generation, stream it. Nothing about HTTP or the Responses API."""
 
 from __future__ import annotations
 
@@ -7,37 +7,42 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from oars.generation import EngineChunk, EngineRequest
+from oars.parsing.pipeline import OutputParser
 
 
 @dataclass(frozen=True)
 class ModelInfo:
     id: str
-    context_length: int
-    think_tags: tuple[str, str] | None = None  # the family's reasoning tags, if it reasons
-    tool_format: str = "hermes"  # how the family writes tool calls (see oars.parsing.pipeline)
+    context_length: int | None = None  # None: not known here (an upstream's)
+    owned_by: str = "oars"
 
 
 @dataclass(frozen=True)
-class Prepared:
-    """A request the engine has accepted: rendered, tokenized, and known to fit the context."""
+class Opened:
+    """A generation the engine accepted; nothing has been generated yet.
+
+    `parser` reads the text of its chunks (the model family's tags and call syntax, for the
+    tools the model may call in this reply). Engines subclass it with what they need to run it.
+    """
 
     request: EngineRequest
-    prompt: str
-    prompt_tokens: tuple[int, ...]
-    grammar: str | None = None  # the compiled output constraint, if any
+    parser: OutputParser
 
 
 class Engine(Protocol):
     info: ModelInfo
     busy: bool  # a generation is running (for /health and tests of cancellation)
 
-    def prepare(self, request: EngineRequest) -> Prepared:
-        """Render and check the prompt; raise a `ClientError` (e.g. context length) if unfit.
-
-        Called before any byte of the response is sent, so its errors become HTTP 4xx.
-        """
+    async def open(self, request: EngineRequest) -> Opened:
+        """Accept a request, before any byte of the response is sent: errors raised here
+        (`ClientError`: context length, an upstream's 4xx; `EngineError`: unreachable) become
+        the HTTP status of the whole response."""
         ...
 
-    def generate(self, prepared: Prepared) -> AsyncIterator[EngineChunk]:
+    def generate(self, opened: Opened) -> AsyncIterator[EngineChunk]:
         """Stream the generation. Closing the iterator early stops it within a few tokens."""
+        ...
+
+    async def count_tokens(self, request: EngineRequest) -> int:
+        """The input tokens the request's prompt takes."""
         ...

@@ -11,10 +11,11 @@ from typing import Any
 import numpy as np
 
 from oars.errors import InvalidRequest
-from oars.generation import Constraint, GrammarKind
+from oars.family import Constraint, GrammarKind
+from oars.tools import COMPACT_JSON
 
 # Compact JSON: no free whitespace between tokens, so a small model cannot wander off in spaces.
-_JSON_OPTIONS: Any = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+_JSON_OPTIONS: Any = COMPACT_JSON
 
 
 class Grammars:
@@ -61,14 +62,7 @@ def _lark(source: str) -> str:
     return str(LLMatcher.grammar_from_lark(source))
 
 
-def _regex(source: str) -> str:
-    from llguidance import LLMatcher
-
-    return str(LLMatcher.grammar_from_regex(source))
-
-
-_SOURCES = {GrammarKind.JSON_SCHEMA: _json_schema, GrammarKind.LARK: _lark,
-            GrammarKind.REGEX: _regex}  # fmt: skip
+_SOURCES = {GrammarKind.JSON_SCHEMA: _json_schema, GrammarKind.LARK: _lark}
 
 
 class TokenMask:

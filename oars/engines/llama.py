@@ -22,12 +22,12 @@ from pathlib import Path
 import numpy as np
 
 from oars.chat_template import ChatTemplate
-from oars.engines.base import ModelInfo, Prepared
+from oars.engines.base import ModelInfo, Opened
 from oars.engines.grammar import Grammars, TokenMask
 from oars.engines.sampler import log_softmax, penalize, sample, top_indices
 from oars.errors import ContextLengthExceeded, EngineError, InvalidRequest
+from oars.family import Constraint, Plan, family_of
 from oars.generation import (
-    Constraint,
     EngineChunk,
     EngineRequest,
     FinishReason,
@@ -36,12 +36,21 @@ from oars.generation import (
     Usage,
 )
 from oars.parsing.holdback import split_holdback
-from oars.parsing.pipeline import markers_of, tool_format_of
 
 log = logging.getLogger("oars.engine")
 
 _PENALTY_WINDOW = 64
 _TRIGGER_REACH = 64  # characters a call trigger can span
+
+
+@dataclass(frozen=True)
+class Prepared(Opened):
+    """A request rendered, tokenized and known to fit the context, with its family's plan."""
+
+    prompt: str = ""
+    prompt_tokens: tuple[int, ...] = ()
+    plan: Plan | None = None
+    grammar: str | None = None  # the plan's constraint, compiled
 
 
 @dataclass
@@ -74,13 +83,11 @@ class LlamaEngine:
         bos, eos = self._piece(self.llm.token_bos()), self._piece(self.llm.token_eos())
         self.template = ChatTemplate(source, bos_token=bos, eos_token=eos)
         self._add_bos = meta.get("tokenizer.ggml.add_bos_token", "false") == "true"
-        think = ("<think>", "</think>") if "<think>" in source else None
-        self.info = ModelInfo(
-            model_id or path.stem, context_length=n_ctx, think_tags=think,
-            tool_format=tool_format or tool_format_of(source),
-        )  # fmt: skip
+        self.family = family_of(source, tool_format)
+        self.n_ctx = n_ctx
+        self.info = ModelInfo(model_id or path.stem, context_length=n_ctx)
         self.grammars = Grammars(self._vocab, self.n_vocab)
-        self._markers = self._single_tokens(markers_of(self.info.tool_format, think))
+        self._markers = self._single_tokens(self.family.markers)
         self.busy = False
         self._opening_bans: dict[tuple[str, ...], np.ndarray] = {}
         self._jobs: queue.Queue[_Job] = queue.Queue()
@@ -96,24 +103,32 @@ class LlamaEngine:
 
     # ---- Engine protocol ----------------------------------------------------------------
 
-    def prepare(self, request: EngineRequest) -> Prepared:
+    async def open(self, request: EngineRequest) -> Opened:
+        return await asyncio.to_thread(self.prepare, request)
+
+    async def count_tokens(self, request: EngineRequest) -> int:
+        return len((await asyncio.to_thread(self.prepare, request, compile=False)).prompt_tokens)
+
+    def prepare(self, request: EngineRequest, *, compile: bool = True) -> Prepared:
+        plan = self.family.plan(request)
         messages = [m.to_template() for m in request.messages]
-        prompt = self.template.render(messages, request.tools, **request.template_kwargs)
+        offered = plan.tools.offered if plan.tools.mode != "none" else ()
+        tools = [t.to_template() for t in offered]
+        prompt = self.template.render(messages, tools, **(plan.template_kwargs or {}))
         add_bos = self._add_bos and not prompt.startswith(
             self.template._tokens["bos_token"] or "\0"
         )
         tokens = tuple(self.llm.tokenize(prompt.encode(), add_bos=add_bos, special=True))
-        limit = self.info.context_length
+        limit = self.n_ctx
         if len(tokens) >= limit:
             raise ContextLengthExceeded(
                 f"The input is {len(tokens)} tokens, which leaves no room in this model's "
                 f"context window of {limit} tokens. Shorten the input."
             )
-        constraint = request.constraint
-        if constraint is not None and constraint.calls and self.info.tool_format != "hermes":
-            constraint = constraint.without_calls  # other families write calls their own way
-        grammar = self._grammar(constraint) if constraint else None
-        return Prepared(request, prompt, tokens, grammar)
+        grammar = self._grammar(plan.constraint) if plan.constraint and compile else None
+        in_reasoning = self.family.starts_in_reasoning(prompt)
+        parser = self.family.parser(plan.tools, in_reasoning=in_reasoning)
+        return Prepared(request, parser, prompt, tokens, plan, grammar)
 
     def _grammar(self, constraint: Constraint) -> str:
         try:
@@ -124,7 +139,8 @@ class LlamaEngine:
             log.warning("tool schemas not supported by the grammar compiler; using any object")
             return self.grammars.compile(replace(constraint, source=constraint.fallback))
 
-    async def generate(self, prepared: Prepared) -> AsyncIterator[EngineChunk]:
+    async def generate(self, prepared: Opened) -> AsyncIterator[EngineChunk]:
+        assert isinstance(prepared, Prepared)
         loop = asyncio.get_running_loop()
         chunks: asyncio.Queue[EngineChunk | BaseException] = asyncio.Queue()
         job = _Job(prepared, lambda item: loop.call_soon_threadsafe(chunks.put_nowait, item))
@@ -204,8 +220,8 @@ class _Lazy:
     """A constraint that starts when one of its triggers matches the output (see `Constraint`)."""
 
     def __init__(self, engine: LlamaEngine, prepared: Prepared) -> None:
-        constraint = prepared.request.constraint
-        assert constraint is not None
+        assert prepared.plan is not None and prepared.plan.constraint is not None
+        constraint = prepared.plan.constraint
         self.engine, self.grammar = engine, prepared.grammar or ""
         self.triggers = [re.compile(t) for t in constraint.triggers]
         self._may_rearm = constraint.rearm
@@ -246,14 +262,16 @@ class _Decode:
         request = job.prepared.request
         self.params = request.sampling
         self.top_logprobs = request.top_logprobs
-        self.opening_ban = request.opening_ban
+        plan = job.prepared.plan
+        self.opening_ban = plan.opening_ban if plan is not None else ()
         self.rng = np.random.default_rng(self.params.seed)
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self.held = ""  # text held back because it may start a stop sequence
         self.stopped_by_sequence = False
         self.produced = 0
         self.text = ""  # the output so far, for lazy constraints' triggers
-        grammar, constraint = job.prepared.grammar, job.prepared.request.constraint
+        grammar = job.prepared.grammar
+        constraint = plan.constraint if plan is not None else None
         lazy = grammar is not None and constraint is not None and bool(constraint.triggers)
         self.lazy = _Lazy(engine, job.prepared) if lazy else None
         eager = grammar is not None and not lazy
@@ -265,7 +283,7 @@ class _Decode:
         # that: a seeded run evaluates its whole prompt so that the same seed gives the same text.
         cached = engine.reuse_prefix(prompt if self.params.seed is None else ())
         engine.llm.eval(prompt[cached:])
-        room = engine.info.context_length - len(prompt)
+        room = engine.n_ctx - len(prompt)
         budget = min(room, self.params.max_output_tokens or room)
         reason, end_marker = FinishReason.LENGTH, ""
         history = list(prompt[-_PENALTY_WINDOW:])

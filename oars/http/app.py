@@ -33,16 +33,17 @@ log = logging.getLogger("oars.http")
 
 async def list_models(request: Request) -> Response:
     oars = shared(request)
-    model = {"id": oars.service.engine.info.id, "object": "model", "created": oars.started,
-             "owned_by": "oars"}  # fmt: skip
-    return JSON({"object": "list", "data": [model]})
+    models = [{"id": model, "object": "model", "created": oars.started,
+               "owned_by": engine.info.owned_by} for model, engine in oars.service.engines.items()]  # fmt: skip
+    return JSON({"object": "list", "data": models})
 
 
 async def health(request: Request) -> Response:
     oars = shared(request)
-    engine = oars.service.engine
-    return JSON({"status": "ok", "model": engine.info.id, "busy": engine.busy,
-                         "running": len(oars.runs.active)})  # fmt: skip
+    service = oars.service
+    busy = {model: engine.busy for model, engine in service.engines.items()}
+    return JSON({"status": "ok", "model": service.default_model, "busy": any(busy.values()),
+                 "models": busy, "running": len(oars.runs.active)})  # fmt: skip
 
 
 async def _client_error(request: Request, exc: Exception) -> Response:

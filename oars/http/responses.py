@@ -41,7 +41,7 @@ def _sse(events: AsyncIterator[Event]) -> StreamingResponse:
 async def _request(request: Request) -> ResponseRequest:
     oars = shared(request)
     service = oars.service
-    return normalize(await read_json(request), served_model=service.engine.info.id,
+    return normalize(await read_json(request), served_model=service.default_model,
                      default_temperature=service.default_temperature,
                      can_store=oars.store is not None,
                      unseal=service.sealer.unseal if service.sealer else None)  # fmt: skip
@@ -169,6 +169,6 @@ async def input_tokens(request: Request) -> Response:
     oars = shared(request)
     req = await _request(request)
     history = await resolve(req, oars.store)
-    count = await asyncio.to_thread(oars.service.count_tokens, history.request)
+    count = await oars.service.count_tokens(history.request)
     body: dict[str, Any] = {"object": "response.input_tokens", "input_tokens": count}
     return JSON(body)

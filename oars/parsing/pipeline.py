@@ -56,7 +56,6 @@ class Chain:
         return out
 
 
-TOOL_FORMATS = ("hermes", "qwen3_coder", "harmony")
 _CALL_MARKERS = {
     "hermes": (hermes.OPEN, hermes.CLOSE),
     "qwen3_coder": (qwen3_coder.OPEN, qwen3_coder.CLOSE),
@@ -70,28 +69,20 @@ def markers_of(tool_format: str, think_tags: tuple[str, str] | None) -> frozense
     return frozenset(_CALL_MARKERS.get(tool_format, ()) + (think_tags or ()))
 
 
-def tool_format_of(chat_template: str) -> str:
-    """Guess a model family's call format from its chat template."""
-    if "<|channel|>" in chat_template:
-        return "harmony"
-    if "<function=" in chat_template:
-        return "qwen3_coder"
-    return "hermes"
-
-
 def output_parser(
     *, think_tags: tuple[str, str] | None, in_reasoning: bool, tool_names: frozenset[str],
-    tool_format: str = "hermes", string_params: Mapping[str, frozenset[str]] | None = None,
+    tool_format: str | None = "hermes", string_params: Mapping[str, frozenset[str]] | None = None,
 ) -> OutputParser:  # fmt: skip
-    """The parser for one generation: calls are recognized only for `tool_names`;
-    `string_params` (per tool, its string-typed parameters) types Qwen3-Coder's XML values."""
+    """The parser for one generation: calls are recognized only for `tool_names` (none with
+    no `tool_format`); `string_params` (per tool, its string-typed parameters) types
+    Qwen3-Coder's XML values."""
     if tool_format == "harmony":  # channels carry reasoning, answer and calls alike
         return HarmonyParser(tool_names)
     first: Parser = ThinkParser(*think_tags, in_reasoning=in_reasoning) if think_tags else (
         PassThrough())  # fmt: skip
     second: Parser = (
-        Qwen3CoderParser(tool_names, string_params)
-        if tool_format == "qwen3_coder"
-        else HermesParser(tool_names)
-    )
+        Qwen3CoderParser(tool_names, string_params) if tool_format == "qwen3_coder"
+        else HermesParser(tool_names) if tool_format == "hermes"
+        else PassThrough()
+    )  # fmt: skip
     return Chain(first, second)

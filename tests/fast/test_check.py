@@ -16,19 +16,14 @@ from oars.events.builder import Event
 from oars.http.sse import encode
 from oars.normalize import normalize
 from oars.service import ResponsesService
-from oars.testing import ScriptedEngine
+from oars.testing import ScriptedEngine, run_to_end
 
 
 def _events(body: dict[str, Any]) -> list[Event]:
     script = (['{"name": "get_weather", "arguments": {"location": "Paris"}}']
               if body.get("tool_choice", "") not in ("", "auto") else ["word "] * 20)  # fmt: skip
     service = ResponsesService(ScriptedEngine(script))
-    run = service.start(normalize(body, served_model="m"))
-
-    async def collect() -> list[Event]:
-        return [e async for e in run.events()]
-
-    return asyncio.run(collect())
+    return run_to_end(service, normalize(body, served_model="m"))
 
 
 def _transport(breaker: Callable[[list[Event]], list[Event]]) -> httpx.MockTransport:

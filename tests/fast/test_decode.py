@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from oars.engines.base import ModelInfo, Prepared
-from oars.engines.llama import _Decode, _Job
+from oars.engines.base import ModelInfo
+from oars.engines.llama import Prepared, _Decode, _Job
 from oars.generation import (
     ChatMessage,
     EngineChunk,
@@ -15,6 +15,7 @@ from oars.generation import (
     FinishReason,
     SamplingParams,
 )
+from oars.parsing.pipeline import PassThrough
 
 EOS, CALL_END = 0, 7  # two end-of-generation tokens; harmony's <|call|> is one in gpt-oss
 CONTROL = {5: b"<|channel|>", 6: b"<|im_start|>", CALL_END: b"<|call|>"}
@@ -37,6 +38,7 @@ class FakeEngine:
     script: list[int]
     markers: frozenset[int] = frozenset()
     info: ModelInfo = field(default_factory=lambda: ModelInfo("fake", 4096))
+    n_ctx: int = 4096
     grammars: None = None
 
     def __post_init__(self) -> None:
@@ -69,7 +71,7 @@ def _decode(engine: FakeEngine, **sampling: object) -> list[EngineChunk]:
     chunks: list[EngineChunk] = []
     params = SamplingParams(**{"temperature": 0.0, **sampling})  # type: ignore[arg-type]
     request = EngineRequest(messages=(ChatMessage("user", "q"),), sampling=params)
-    _Decode(engine, _Job(Prepared(request, "q", (1,)), chunks.append)).run()  # type: ignore[arg-type]
+    _Decode(engine, _Job(Prepared(request, PassThrough(), "q", (1,)), chunks.append)).run()  # type: ignore[arg-type]
     return chunks
 
 

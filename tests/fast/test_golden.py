@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 from pathlib import Path
@@ -10,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from oars.engines.base import ModelInfo
+from oars.family import THINK_TAGS, Family
 from oars.generation import FinishReason
 from oars.normalize import normalize
 from oars.service import ResponsesService
-from oars.testing import ScriptedEngine
+from oars.testing import ScriptedEngine, run_to_end
 from oars.validator import validate_events
 from tests.conftest import normalize_ids
 
@@ -31,17 +30,17 @@ PATCH = {
     "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"},
 }
 GOLDEN = Path(__file__).parent.parent / "fixtures" / "golden"
-HARMONY = ModelInfo("gpt-oss", 4096, tool_format="harmony")
-QWEN3_CODER = ModelInfo("qwen3-coder", 4096, tool_format="qwen3_coder")
-THINKER = ModelInfo("thinker", 4096, think_tags=("<think>", "</think>"))
+HARMONY = Family("harmony")
+QWEN3_CODER = Family("qwen3_coder")
+THINKER = Family("hermes", THINK_TAGS, guards=True)
 
 CASES: dict[str, tuple[ScriptedEngine, dict[str, Any]]] = {
     "text": (ScriptedEngine(["Hel", "lo", "!"]), {}),
     "reasoning_then_text": (
-        ScriptedEngine(["<think>", "plan", " it", "</think>\n\n", "Hi"], info=THINKER), {}),
+        ScriptedEngine(["<think>", "plan", " it", "</think>\n\n", "Hi"], family=THINKER), {}),
     "incomplete": (ScriptedEngine(["a", "b", "c"]), {"max_output_tokens": 2}),
     "incomplete_in_reasoning": (
-        ScriptedEngine(["<think>", "hm", "m"], info=THINKER), {"max_output_tokens": 2}),
+        ScriptedEngine(["<think>", "hm", "m"], family=THINKER), {"max_output_tokens": 2}),
     "failed_mid_stream": (ScriptedEngine(["a", ScriptedEngine.FAIL]), {}),
     "whitespace_only": (ScriptedEngine(["\n", "\n"]), {}),
     "logprobs": (
@@ -76,31 +75,31 @@ CASES: dict[str, tuple[ScriptedEngine, dict[str, Any]]] = {
     "harmony_reasoning_then_call": (
         ScriptedEngine(["<|channel|>analysis<|message|>Need the", " weather.<|end|><|start|>",
                         "assistant<|channel|>commentary to=functions.get_weather <|constrain|>",
-                        'json<|message|>{"location":', '"Paris"}<|call|>'], info=HARMONY),
+                        'json<|message|>{"location":', '"Paris"}<|call|>'], family=HARMONY),
         {"tools": [WEATHER]}),
     "qwen3_coder_call": (
         ScriptedEngine(["Checking.\n<tool_call>\n<function=get_weather>\n<parameter=",
                         "location>\nParis\n</parameter>\n</function>\n</tool_call>"],
-                       info=QWEN3_CODER),
+                       family=QWEN3_CODER),
         {"tools": [WEATHER]}),
     "reasoning_then_call": (
         ScriptedEngine(["<think>", "Use the tool.", "</think>\n\n<tool_call>\n",
                         '{"name": "get_weather", "arguments": {"location": "Oslo"}}',
-                        "\n</tool_call>"], info=THINKER),
+                        "\n</tool_call>"], family=THINKER),
         {"tools": [WEATHER]}),
     "qwen3_coder_call_cut_by_max_output_tokens": (
         ScriptedEngine(["<tool_call>\n<function=get_weather>\n<parameter=", "location>\nPar",
-                        "is\n</parameter>\n"], info=QWEN3_CODER),
+                        "is\n</parameter>\n"], family=QWEN3_CODER),
         {"tools": [WEATHER], "max_output_tokens": 2}),
     "qwen3_coder_call_under_tool_choice_none_is_text": (
         ScriptedEngine(["<tool_call>\n<function=get_weather>\n<parameter=location>\nParis",
-                        "\n</parameter>\n</function>\n</tool_call>"], info=QWEN3_CODER),
+                        "\n</parameter>\n</function>\n</tool_call>"], family=QWEN3_CODER),
         {"tools": [WEATHER], "tool_choice": "none"}),
     "harmony_preamble_then_final": (
         ScriptedEngine(["<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant",
                         "<|channel|>commentary<|message|>Let me think.<|end|><|start|>",
                         "assistant<|channel|>final<|message|>Answer.", "<|return|>"],
-                       info=HARMONY), {}),
+                       family=HARMONY), {}),
     "call_cut_by_end_of_generation": (
         ScriptedEngine(['<tool_call>\n{"name": "get_weather", ', '"arguments": {"location": "Pa']),
         {"tools": [WEATHER]}),
@@ -111,12 +110,7 @@ CASES: dict[str, tuple[ScriptedEngine, dict[str, Any]]] = {
 
 def _events(engine: ScriptedEngine, extra: dict[str, Any]) -> list[dict[str, Any]]:
     service = ResponsesService(engine)
-    run = service.start(normalize({"input": "hi", "model": "m", **extra}, served_model="m"))
-
-    async def collect() -> list[dict[str, Any]]:
-        return [e async for e in run.events()]
-
-    return asyncio.run(collect())
+    return run_to_end(service, normalize({"input": "hi", "model": "m", **extra}, served_model="m"))
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -135,7 +129,7 @@ def test_golden(name: str) -> None:
 
 def test_logprobs_of_a_delta_spell_its_text_after_reasoning() -> None:
     """`</think>` and the separators after it are the reasoning's tokens, not the answer's."""
-    engine = ScriptedEngine(["<think>", "plan", "</think>", "\n\n", "Hi", "!"], info=THINKER,
+    engine = ScriptedEngine(["<think>", "plan", "</think>", "\n\n", "Hi", "!"], family=THINKER,
                             logprobs=True)  # fmt: skip
     events = _events(engine, {"include": ["message.output_text.logprobs"]})
     deltas = [e for e in events if e["type"] == "response.output_text.delta"]
@@ -171,7 +165,7 @@ def test_text_held_for_its_logprobs_is_kept_when_the_engine_fails() -> None:
 def test_phases_survive_text_held_for_its_logprobs() -> None:
     engine = ScriptedEngine(["<|channel|>commentary<|message|>Let me <", "|end|><|start|>assistant",
                              "<|channel|>final<|message|>Answer.<|return|>"],
-                            info=HARMONY, logprobs=True)  # fmt: skip
+                            family=HARMONY, logprobs=True)  # fmt: skip
     events = _events(engine, {"include": ["message.output_text.logprobs"]})
     assert validate_events(events).ok
     output = events[-1]["response"]["output"]

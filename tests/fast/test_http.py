@@ -136,9 +136,9 @@ def test_bad_input_is_400_naming_the_param(body: Any, param: str) -> None:
 def test_reasoning_effort_reaches_the_template() -> None:
     engine = ScriptedEngine()
     _post({"model": "m", "input": "x", "reasoning": {"effort": "none"}}, engine)
-    assert engine.requests[-1].template_kwargs == {"enable_thinking": False}
+    assert engine.plans[-1].template_kwargs == {"enable_thinking": False}
     _post({"model": "m", "input": "x", "reasoning": {"effort": "high"}}, engine)
-    assert engine.requests[-1].template_kwargs == {"enable_thinking": True,
+    assert engine.plans[-1].template_kwargs == {"enable_thinking": True,
                                                    "reasoning_effort": "high"}  # fmt: skip
 
 
@@ -268,7 +268,7 @@ def test_hosted_tools_are_accepted_and_not_offered() -> None:
                                    WEATHER, {"type": "tool_search", "execution": "client"}]  # fmt: skip
     r = _post({"model": "m", "input": "x", "tools": tools}, engine)
     assert r.status_code == 200
-    assert [t["function"]["name"] for t in engine.requests[-1].tools] == ["get_weather"]
+    assert _offered(engine) == ["get_weather"]
     assert [t["type"] for t in r.json()["tools"]] == [t["type"] for t in tools]
     assert r.json()["tools"][:2] == tools[:2]
 
@@ -276,18 +276,18 @@ def test_hosted_tools_are_accepted_and_not_offered() -> None:
 def test_tool_choice_none_offers_nothing_and_parses_no_call() -> None:
     engine = ScriptedEngine(['{"name": "get_weather", "arguments": {}}'])
     r = _post({"model": "m", "input": "x", "tools": [WEATHER], "tool_choice": "none"}, engine)
-    assert engine.requests[-1].tools == () and engine.requests[-1].constraint is None
+    assert _offered(engine) == [] and engine.plans[-1].constraint is None
     assert r.json()["output"][0]["type"] == "message"
 
 
 def test_forced_call_is_constrained_from_the_first_token() -> None:
     engine = ScriptedEngine()
     _post({"model": "m", "input": "x", "tools": [WEATHER], "tool_choice": "required"}, engine)
-    constraint = engine.requests[-1].constraint
+    constraint = engine.plans[-1].constraint
     assert constraint is not None and constraint.triggers == ()
     assert '"\\"get_weather\\""' in constraint.source
     _post({"model": "m", "input": "x", "tools": [WEATHER]}, engine)
-    lazy = engine.requests[-1].constraint
+    lazy = engine.plans[-1].constraint
     assert lazy is not None and lazy.triggers
 
 
@@ -297,10 +297,10 @@ def test_after_tool_output_a_bare_call_cannot_open_the_reply() -> None:
              {"type": "function_call", "call_id": "c", "name": "get_weather", "arguments": "{}"},
              {"type": "function_call_output", "call_id": "c", "output": "sunny"}]  # fmt: skip
     _post({"model": "m", "input": items, "tools": [WEATHER]}, engine)
-    ban = engine.requests[-1].opening_ban
+    ban = engine.plans[-1].opening_ban
     assert "{" in ban and not any("<tool_call>".startswith(p) for p in ban), ban
     _post({"model": "m", "input": items[:1], "tools": [WEATHER]}, engine)
-    assert engine.requests[-1].opening_ban == ()
+    assert engine.plans[-1].opening_ban == ()
 
 
 def test_custom_tool_call_replay_is_rendered_as_input_argument() -> None:
@@ -323,11 +323,11 @@ def test_custom_tool_grammar_constrains_the_input() -> None:
              "format": {"type": "grammar", "syntax": "lark",
                         "definition": APPLY_PATCH_GRAMMAR.read_text()}}  # fmt: skip
     _post({"model": "m", "input": "x", "tools": [patch], "tool_choice": "required"}, engine)
-    constraint = engine.requests[-1].constraint
+    constraint = engine.plans[-1].constraint
     assert constraint is not None and "args_0_start" in constraint.source
     freeform = {"type": "custom", "name": "note"}
     _post({"model": "m", "input": "x", "tools": [freeform], "tool_choice": "required"}, engine)
-    constraint = engine.requests[-1].constraint
+    constraint = engine.plans[-1].constraint
     assert constraint is not None and '"input": {"type": "string"}' in constraint.source
 
 
@@ -381,11 +381,10 @@ def test_with_a_json_text_format_the_reply_is_the_answer_or_one_call() -> None:
     body = {"model": "m", "input": "x", "tools": [WEATHER], "text": JSON_ANSWER}
     output = _post(body, engine).json()["output"]
     assert [(i["type"], i.get("name")) for i in output] == [("function_call", "get_weather")]
-    constraint = engine.requests[-1].constraint
+    constraint = engine.plans[-1].constraint
     assert constraint is not None and not constraint.triggers
     assert "start: call | answer" in constraint.source
-    assert constraint.without_calls is not None  # families that write calls otherwise
-    assert [t["function"]["name"] for t in engine.requests[-1].tools] == ["get_weather"]
+    assert _offered(engine) == ["get_weather"]
 
 
 def test_right_after_a_tool_result_a_json_text_format_is_the_answer() -> None:
@@ -394,10 +393,10 @@ def test_right_after_a_tool_result_a_json_text_format_is_the_answer() -> None:
              {"type": "function_call", "call_id": "c", "name": "get_weather", "arguments": "{}"},
              {"type": "function_call_output", "call_id": "c", "output": "sunny"}]  # fmt: skip
     _post({"model": "m", "input": items, "tools": [WEATHER], "text": JSON_ANSWER}, engine)
-    request = engine.requests[-1]
-    assert request.tools == () and request.opening_ban == ()
-    assert request.constraint is not None and request.constraint.param == "text.format.schema"
-    assert "call" not in request.constraint.source
+    plan = engine.plans[-1]
+    assert _offered(engine) == [] and plan.opening_ban == ()
+    assert plan.constraint is not None and plan.constraint.param == "text.format.schema"
+    assert "call" not in plan.constraint.source
 
 
 def test_tools_sharing_a_name_are_told_apart_by_namespace() -> None:
@@ -413,5 +412,11 @@ def test_tools_sharing_a_name_are_told_apart_by_namespace() -> None:
         output = _post({"model": "m", "input": "x", "tools": tools}, engine).json()["output"]
         assert [(i["type"], i["name"], i.get("namespace")) for i in output] == [
             ("function_call", "search", namespace)]  # fmt: skip
-    offered = [t["function"]["name"] for t in engine.requests[-1].tools]
+    offered = _offered(engine)
     assert offered == ["search", "jira.search"]
+
+
+def _offered(engine: ScriptedEngine) -> list[str]:
+    """The tools the template shows in the last request's prompt."""
+    tools = engine.plans[-1].tools
+    return [t.model_name for t in tools.offered] if tools.mode != "none" else []

@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from oars.engines.base import ModelInfo
+from oars.family import THINK_TAGS, Family
 from oars.http import create_app
 from oars.sealing import Sealer
 from oars.service import ResponsesService
@@ -18,7 +18,7 @@ from oars.store import SqlStore
 from oars.testing import ScriptedEngine
 from oars.validator import same_response, validate_events, validate_sse
 
-THINKER = ModelInfo("thinker", 4096, think_tags=("<think>", "</think>"))
+THINKER = Family("hermes", THINK_TAGS, guards=True)
 Client = httpx.AsyncClient
 
 
@@ -286,7 +286,7 @@ def test_conversations(store_url: str) -> None:
 
 
 def test_encrypted_reasoning_round_trip_and_tamper() -> None:
-    engine = ScriptedEngine(["<think>", "secret plan", "</think>", "Done."], info=THINKER)
+    engine = ScriptedEngine(["<think>", "secret plan", "</think>", "Done."], family=THINKER)
 
     async def test(client: Client) -> None:
         made = (
@@ -330,7 +330,7 @@ def test_encrypted_reasoning_round_trip_and_tamper() -> None:
 
 
 def test_retrieve_with_include_encrypted_reasoning(tmp_path: Path) -> None:
-    engine = ScriptedEngine(["<think>", "plan", "</think>", "Done."], info=THINKER)
+    engine = ScriptedEngine(["<think>", "plan", "</think>", "Done."], family=THINKER)
 
     async def test(client: Client) -> None:
         made = (await client.post("/responses", json={"input": "go"})).json()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import copy
 from collections.abc import Callable
 from typing import Any
@@ -13,19 +12,13 @@ from oars.events.builder import Event
 from oars.http.sse import encode
 from oars.normalize import normalize
 from oars.service import ResponsesService
-from oars.testing import ScriptedEngine
+from oars.testing import ScriptedEngine, run_to_end
 from oars.validator import validate_events, validate_sse
 
 
 def _good() -> list[Event]:
-    run = ResponsesService(ScriptedEngine(["a", "b", "c"])).start(
-        normalize({"input": "x"}, served_model="m")
-    )
-
-    async def collect() -> list[Event]:
-        return [e async for e in run.events()]
-
-    return asyncio.run(collect())
+    service = ResponsesService(ScriptedEngine(["a", "b", "c"]))
+    return run_to_end(service, normalize({"input": "x"}, served_model="m"))
 
 
 def _renumber(events: list[Event]) -> list[Event]:
@@ -143,12 +136,7 @@ def test_a_call_changed_in_output_item_done_breaks_i7() -> None:
     }
     call = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
     body = normalize({"input": "x", "tools": [weather]}, served_model="m")
-    run = ResponsesService(ScriptedEngine([call])).start(body)
-
-    async def collect() -> list[Event]:
-        return [e async for e in run.events()]
-
-    events = asyncio.run(collect())
+    events = run_to_end(ResponsesService(ScriptedEngine([call])), body)
     assert validate_events(copy.deepcopy(events)).ok
     done = next(e for e in events if e["type"] == "response.output_item.done")
     for item in (done["item"], events[-1]["response"]["output"][0]):
