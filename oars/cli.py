@@ -8,8 +8,12 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from oars.errors import OarsError
+from oars.errors import OarsError, SetupError
+
+if TYPE_CHECKING:
+    from oars.engines.upstream import UpstreamConfig
 from oars.family import CALL_FORMATS
 
 
@@ -23,9 +27,23 @@ def _parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="serve the Responses API")
     serve.add_argument(
         "--model",
-        type=Path,
         default=_env("MODEL", "") or None,
-        help="a GGUF file (default: the built-in model, pulled on first use)",
+        help="a GGUF file, or 'default' for the built-in model (pulled on first use); the "
+        "default without --upstream",
+    )
+    serve.add_argument(
+        "--upstream",
+        action="append",
+        default=[],
+        metavar="MODEL=URL",
+        help="serve MODEL from an OpenAI-compatible chat-completions server at URL (…/v1); "
+        "repeatable",
+    )
+    serve.add_argument(
+        "--upstreams",
+        default=_env("UPSTREAMS", "") or None,
+        metavar="FILE",
+        help="a TOML file of [[upstream]] tables (model, url, api_key_env, parse_calls, …)",
     )
     serve.add_argument("--model-id", default=None, help="the name /v1/models reports")
     serve.add_argument("--host", default=_env("HOST", "127.0.0.1"))
@@ -74,7 +92,8 @@ def _parser() -> argparse.ArgumentParser:
 def _serve(args: argparse.Namespace) -> None:
     import uvicorn
 
-    from oars.engines.llama import LlamaEngine
+    from oars.engines import Engine
+    from oars.engines.upstream import UpstreamEngine
     from oars.http import create_app
     from oars.http.app import default_replica
     from oars.sealing import Sealer
@@ -83,22 +102,44 @@ def _serve(args: argparse.Namespace) -> None:
     from oars.weights import DEFAULT_MODEL, oars_home, pull
 
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    path, model_id = args.model, args.model_id
-    if path is None:
-        path, model_id = pull(), model_id or DEFAULT_MODEL.name
-    engine = LlamaEngine(path, model_id=model_id, n_ctx=args.ctx, n_threads=args.threads,
-                         tool_format=args.tool_format)  # fmt: skip
+    upstreams = _upstreams(args)
+    engines: dict[str, Engine] = {}
+    if args.model is not None or not upstreams:
+        from oars.engines.llama import LlamaEngine
+
+        path, model_id = args.model, args.model_id
+        if path in (None, "default"):
+            path, model_id = pull(), model_id or DEFAULT_MODEL.name
+        engine = LlamaEngine(Path(path), model_id=model_id, n_ctx=args.ctx,
+                             n_threads=args.threads, tool_format=args.tool_format)  # fmt: skip
+        engines[engine.info.id] = engine
+    for config in upstreams:
+        if config.model in engines:
+            raise SetupError(f"the model {config.model!r} is served twice")
+        engines[config.model] = UpstreamEngine(config)
     home = oars_home()
     spec = args.store or str(home / "oars.db")
     store = None if spec == "none" else SqlStore(spec)
-    service = ResponsesService(engine, default_temperature=args.temperature,
-                               sealer=Sealer.from_home(home))  # fmt: skip
+    service = ResponsesService(engines, default_temperature=args.temperature,
+                               sealer=Sealer.from_home(home), strict_models=bool(upstreams))  # fmt: skip
     replica = args.replica or default_replica(args.port)
     app = create_app(service, store, replica=replica)
     where = "nothing stored" if store is None else f"store {_redacted(spec)}, replica {replica}"
-    print(f"oars: serving {engine.info.id} on http://{args.host}:{args.port}/v1 ({where})",
+    print(f"oars: serving {', '.join(engines)} on http://{args.host}:{args.port}/v1 ({where})",
           flush=True)  # fmt: skip
+    for config in upstreams:
+        print(f"oars: {config.model} from {config.url}", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level.lower())
+
+
+def _upstreams(args: argparse.Namespace) -> list[UpstreamConfig]:
+    from oars.engines.upstream import load_upstreams, upstream_arg
+
+    try:
+        configs = [upstream_arg(text) for text in args.upstream]
+        return configs + (load_upstreams(args.upstreams) if args.upstreams else [])
+    except (ValueError, OSError) as exc:
+        raise SetupError(f"--upstream: {exc}") from exc
 
 
 def _redacted(spec: str) -> str:

@@ -52,6 +52,15 @@ class ContextLengthExceeded(ClientError):
         super().__init__(message, param="input", code="context_length_exceeded")
 
 
+class UpstreamRejected(ClientError):
+    """An upstream engine refused the request as the client's fault (its 4xx, passed on)."""
+
+    def __init__(self, status: int, message: str, *, param: str | None = None,
+                 code: str | None = None, type: str = "invalid_request_error"):  # fmt: skip
+        super().__init__(message, param=param, code=code)
+        self.status, self.type = status, type
+
+
 class NotFound(ClientError):
     status = 404
 
@@ -80,3 +89,11 @@ class EngineError(OarsError):
         return {
             "error": {"message": str(self), "type": self.type, "param": None, "code": self.code}
         }
+
+
+class UpstreamError(EngineError):
+    """An upstream engine failed: unreachable or broken (502), or too slow (504)."""
+
+    def __init__(self, message: str, *, status: int = 502, code: str = "upstream_error"):
+        super().__init__(message)
+        self.status, self.code = status, code

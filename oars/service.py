@@ -64,6 +64,13 @@ class ResponsesService:
         """The input tokens the request's prompt takes."""
         return await self.engine_for(request.model).count_tokens(request.engine)
 
+    async def aclose(self) -> None:
+        """Close what engines hold open (an upstream's pooled connections)."""
+        for engine in self.engines.values():
+            close = getattr(engine, "aclose", None)
+            if close is not None:
+                await close()
+
 
 @dataclass
 class _Carry:

@@ -31,7 +31,11 @@ class Opened:
 
 class Engine(Protocol):
     info: ModelInfo
-    busy: bool  # a generation is running (for /health and tests of cancellation)
+
+    @property
+    def busy(self) -> bool:
+        """A generation is running (for /health and tests of cancellation)."""
+        ...
 
     async def open(self, request: EngineRequest) -> Opened:
         """Accept a request, before any byte of the response is sent: errors raised here

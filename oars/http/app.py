@@ -123,6 +123,7 @@ def create_app(service: ResponsesService, store: Store | None = None, *,
             yield
         finally:
             await runs.close()
+            await service.aclose()
             if store is not None:
                 await store.close()
 

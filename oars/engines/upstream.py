@@ -1,0 +1,467 @@
+"""An upstream engine: any OpenAI-compatible chat-completions server behind the engine seam.
+
+vLLM, SGLang, llama.cpp's server, Ollama and TGI all stream `/v1/chat/completions`. oars sends
+the request there (`stream: true`, usage included) and turns the chunks into the same typed
+segments the embedded engine's parsers produce, so one `ResponseBuilder` makes every event:
+reasoning deltas (`reasoning_content` or `reasoning`) and indexed tool-call deltas arrive parsed;
+content goes through the model family's parser when the upstream left calls or `<think>` in it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from oars.engines.base import ModelInfo, Opened
+from oars.errors import ClientError, EngineError, UpstreamError, UpstreamRejected
+from oars.family import THINK_TAGS, Family
+from oars.generation import (
+    ChatMessage,
+    EngineChunk,
+    EngineRequest,
+    FinishReason,
+    TokenLogprob,
+    TopLogprob,
+    Usage,
+)
+from oars.parsing import Segment, SegmentKind
+
+log = logging.getLogger("oars.upstream")
+
+
+@dataclass(frozen=True)
+class UpstreamConfig:
+    """One model served by an upstream. `parse_calls` / `parse_think`: oars' own parsers read
+    the content (for an upstream that leaves calls or `<think>` in it unparsed)."""
+
+    model: str  # the name clients ask for
+    url: str  # the upstream's base URL, ending in /v1
+    upstream_model: str | None = None  # the name the upstream knows it by (default: `model`)
+    api_key_env: str | None = None  # the environment variable holding its API key
+    parse_calls: str | None = None  # hermes, qwen3_coder or harmony
+    parse_think: bool = False
+    connect_timeout: float = 10.0
+    first_byte_timeout: float = 300.0  # until the upstream answers (its prefill)
+    idle_timeout: float = 120.0  # between two chunks of a stream
+    max_connections: int = 512
+
+    @property
+    def family(self) -> Family:
+        return Family(self.parse_calls, THINK_TAGS if self.parse_think else None)
+
+    def headers(self) -> dict[str, str]:
+        key = os.environ.get(self.api_key_env, "") if self.api_key_env else ""
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def upstream_arg(text: str) -> UpstreamConfig:
+    """`MODEL=URL` (the `--upstream` option)."""
+    model, eq, url = text.partition("=")
+    if not eq or not model or not url.startswith(("http://", "https://")):
+        raise ValueError(f"expected MODEL=URL (http or https), got {text!r}")
+    return UpstreamConfig(model, url)
+
+
+def load_upstreams(path: str) -> list[UpstreamConfig]:
+    """A TOML file of `[[upstream]]` tables, each with the fields of `UpstreamConfig`."""
+    import tomllib
+
+    with open(path, "rb") as f:
+        tables = tomllib.load(f).get("upstream", [])
+    known = set(UpstreamConfig.__dataclass_fields__)
+    configs = []
+    for i, table in enumerate(tables):
+        unknown = set(table) - known
+        if unknown or "model" not in table or "url" not in table:
+            raise ValueError(f"{path}: upstream #{i + 1} needs model and url and knows only "
+                             f"{', '.join(sorted(known))} (got {', '.join(sorted(unknown))})")  # fmt: skip
+        configs.append(UpstreamConfig(**table))
+    return configs
+
+
+@dataclass(frozen=True)
+class UpstreamOpened(Opened):
+    response: httpx.Response | None = None
+
+
+class UpstreamEngine:
+    """Requests run concurrently: no lock, one pooled HTTP client per event loop."""
+
+    def __init__(self, config: UpstreamConfig) -> None:
+        self.config = config
+        self.info = ModelInfo(config.model, owned_by="upstream")
+        self._client: httpx.AsyncClient | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.streams = 0
+
+    @property
+    def busy(self) -> bool:
+        return self.streams > 0
+
+    def _http(self) -> httpx.AsyncClient:
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._loop is not loop:
+            c = self.config
+            self._client = httpx.AsyncClient(
+                base_url=c.url.rstrip("/"), headers=c.headers(),
+                timeout=httpx.Timeout(c.first_byte_timeout, connect=c.connect_timeout),
+                limits=httpx.Limits(max_connections=c.max_connections,
+                                    max_keepalive_connections=c.max_connections),
+            )  # fmt: skip
+            self._loop = loop
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None and self._loop is asyncio.get_running_loop():
+            await self._client.aclose()
+        self._client = None
+
+    # ---- Engine protocol ----------------------------------------------------------------
+
+    async def open(self, request: EngineRequest) -> Opened:
+        body = chat_body(request, self.config.upstream_model or self.config.model)
+        response = await self._send(body)
+        parser = self.config.family.parser(request.tools)
+        return UpstreamOpened(request, parser, response)
+
+    async def count_tokens(self, request: EngineRequest) -> int:
+        """The upstream's own count: a one-token, unstreamed request's `prompt_tokens`."""
+        body = chat_body(request, self.config.upstream_model or self.config.model)
+        body.update(stream=False, max_tokens=1)
+        body.pop("stream_options", None)
+        response = await self._send(body)
+        try:
+            await response.aread()
+            return int(response.json()["usage"]["prompt_tokens"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise UpstreamError("the upstream reported no token count") from exc
+        finally:
+            await response.aclose()
+
+    async def _send(self, body: dict[str, Any]) -> httpx.Response:
+        """POST, and wait for the status line: errors here are the whole response's status."""
+        client = self._http()
+        where = self.config.url
+        try:
+            request = client.build_request("POST", "/chat/completions", json=body)
+            response = await client.send(request, stream=True)
+        except httpx.TimeoutException as exc:
+            raise UpstreamError(f"the upstream at {where} did not answer in time",
+                                status=504, code="upstream_timeout") from exc  # fmt: skip
+        except httpx.HTTPError as exc:
+            raise UpstreamError(f"the upstream at {where} cannot be reached: {exc}",
+                                code="upstream_unreachable") from exc  # fmt: skip
+        if response.status_code >= 400:
+            await response.aread()
+            await response.aclose()
+            raise _rejection(response, where)
+        return response
+
+    async def generate(self, opened: Opened) -> AsyncIterator[EngineChunk]:
+        assert isinstance(opened, UpstreamOpened) and opened.response is not None
+        response, reader = opened.response, _ChunkReader()
+        self.streams += 1
+        try:
+            async for data in _sse_data(response, self.config.idle_timeout):
+                if data == "[DONE]":
+                    break
+                for chunk in reader.read(_json_object(data)):
+                    yield chunk
+            yield reader.finish()
+        finally:
+            self.streams -= 1
+            await response.aclose()  # a client that left closes the upstream request now
+
+
+def _rejection(response: httpx.Response, where: str) -> ClientError | EngineError:
+    """An upstream's error status: its 4xx passes on as the client's fault, with its message;
+    anything else is the upstream's (502)."""
+    message, param, code, kind = _error_fields(response)
+    status = response.status_code
+    if status in (401, 403):  # oars' own credentials: not the client's fault
+        return UpstreamError(f"the upstream at {where} refused oars' credentials ({status}): "
+                             f"{message}", code="upstream_unauthorized")  # fmt: skip
+    if 400 <= status < 500:
+        return UpstreamRejected(status, message, param=param, code=code, type=kind)
+    return UpstreamError(f"the upstream at {where} failed ({status}): {message}")
+
+
+def _error_fields(response: httpx.Response) -> tuple[str, str | None, str | None, str]:
+    """(message, param, code, type) from an OpenAI-style body, FastAPI's `detail`, or text."""
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text[:500] or response.reason_phrase, None, None, "invalid_request_error"
+    error = body.get("error", body) if isinstance(body, dict) else body
+    if isinstance(error, dict):
+        message = error.get("message") or error.get("detail") or json.dumps(error)[:500]
+        param, code = error.get("param"), error.get("code")
+        kind = error.get("type") if isinstance(error.get("type"), str) else None
+        return (str(message), param if isinstance(param, str) else None,
+                str(code) if code is not None else None, kind or "invalid_request_error")  # fmt: skip
+    return str(error)[:500], None, None, "invalid_request_error"
+
+
+async def _sse_data(response: httpx.Response, idle: float) -> AsyncIterator[str]:
+    """The `data:` payloads of an SSE body; an upstream silent for `idle` seconds has stalled."""
+    lines = response.aiter_lines().__aiter__()
+    while True:
+        try:
+            line = await asyncio.wait_for(lines.__anext__(), idle)
+        except StopAsyncIteration:
+            return
+        except TimeoutError as exc:
+            raise EngineError(f"the upstream sent nothing for {idle:g} s") from exc
+        except httpx.HTTPError as exc:
+            raise EngineError(f"the upstream's stream broke: {exc}") from exc
+        if line.startswith("data:"):
+            yield line[5:].strip()
+
+
+def _json_object(data: str) -> dict[str, Any]:
+    try:
+        value = json.loads(data)
+    except ValueError as exc:
+        raise EngineError(f"the upstream sent a chunk that is not JSON: {data[:200]!r}") from exc
+    if not isinstance(value, dict):
+        raise EngineError(f"the upstream sent a chunk that is not an object: {data[:200]!r}")
+    error = value.get("error")
+    if error:  # vLLM and others report a failure mid-stream as an error chunk
+        message = error.get("message") if isinstance(error, dict) else error
+        raise EngineError(f"the upstream failed mid-stream: {message}")
+    return value
+
+
+# ---- request: Responses intent → chat completions ---------------------------------------------
+
+
+def chat_body(request: EngineRequest, model: str) -> dict[str, Any]:
+    s = request.sampling
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": [_chat_message(m) for m in request.messages],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "temperature": s.temperature,
+    }
+    optional = {
+        "top_p": s.top_p if s.top_p != 1.0 else None,
+        "seed": s.seed,
+        "stop": list(s.stop) or None,
+        "max_tokens": s.max_output_tokens,
+        "top_k": s.top_k or None,
+        "repetition_penalty": s.repetition_penalty if s.repetition_penalty != 1.0 else None,
+        "reasoning_effort": request.reasoning_effort,
+    }
+    body.update({k: v for k, v in optional.items() if v is not None})
+    if request.top_logprobs is not None:
+        body.update(logprobs=True, top_logprobs=request.top_logprobs)
+    body.update(_tools(request))
+    if request.output is not None:
+        body["response_format"] = _response_format(request)
+    return body
+
+
+def _chat_message(message: ChatMessage) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.tool_calls:
+        out["tool_calls"] = [_chat_call(c, i) for i, c in enumerate(message.tool_calls)]
+        out["content"] = message.content or None
+    if message.tool_call_id is not None:
+        out["tool_call_id"] = message.tool_call_id
+    return out
+
+
+def _chat_call(call: Mapping[str, Any], i: int) -> dict[str, Any]:
+    function = call.get("function") or {}
+    arguments = function.get("arguments", {})
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return {"id": call.get("id") or f"call_{i}", "type": "function",
+            "function": {"name": function.get("name", ""), "arguments": text}}  # fmt: skip
+
+
+def _tools(request: EngineRequest) -> dict[str, Any]:
+    """The tools the model may call now (namespaces flattened, custom tools as functions of
+    one string), `tool_choice` and `parallel_tool_calls`."""
+    tools = request.tools
+    if tools.mode == "none" or not tools.callable:
+        return {}
+    choice: Any = tools.mode
+    if tools.mode == "required" and len(tools.callable) == 1:
+        choice = {"type": "function", "function": {"name": tools.callable[0].model_name}}
+    return {"tools": [t.to_template() for t in tools.callable], "tool_choice": choice,
+            "parallel_tool_calls": request.parallel_tool_calls}  # fmt: skip
+
+
+def _response_format(request: EngineRequest) -> dict[str, Any]:
+    output = request.output
+    assert output is not None
+    if output.kind == "json_object":
+        return {"type": "json_object"}
+    schema: dict[str, Any] = {"name": output.name, "schema": dict(output.schema)}
+    if output.strict is not None:
+        schema["strict"] = output.strict
+    return {"type": "json_schema", "json_schema": schema}
+
+
+# ---- response: chat completion chunks → engine chunks -----------------------------------------
+
+_FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH,
+           "tool_calls": FinishReason.TOOL_CALLS, "function_call": FinishReason.TOOL_CALLS,
+           "content_filter": FinishReason.CONTENT_FILTER}  # fmt: skip
+
+
+@dataclass
+class _Call:
+    name: str = ""
+    arguments: str = ""
+    started: bool = False
+
+
+@dataclass
+class _ChunkReader:
+    """Reads one stream. A call streams live while it is the open one; another call's deltas
+    wait until the open call's arguments are a complete JSON object (upstreams that send calls
+    one after another), or until the end (upstreams that interleave them)."""
+
+    calls: dict[int, _Call] = field(default_factory=dict)
+    open_call: int | None = None
+    finish_reason: FinishReason | None = None
+    usage: Usage | None = None
+    reasoning_deltas: int = 0
+    content_deltas: int = 0
+
+    def read(self, chunk: Mapping[str, Any]) -> list[EngineChunk]:
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = _usage(chunk["usage"])
+        choices = chunk.get("choices") or []
+        choice = choices[0] if choices and isinstance(choices[0], dict) else {}
+        delta = choice.get("delta") or {}
+        out: list[EngineChunk] = []
+        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+        if isinstance(reasoning, str) and reasoning:
+            self.reasoning_deltas += 1
+            segment = Segment(SegmentKind.REASONING, reasoning)
+            out.append(EngineChunk(num_tokens=1, segments=(*self._close_complete(), segment)))
+        content = delta.get("content")
+        if isinstance(content, str) and content:
+            self.content_deltas += 1
+            closed = self._close_complete()
+            if closed:
+                out.append(EngineChunk(segments=closed))
+            out.append(EngineChunk(content, 1, _logprobs(choice.get("logprobs"))))
+        calls = delta.get("tool_calls")
+        if isinstance(calls, list):
+            segments = [s for i, c in enumerate(calls) for s in self._call_delta(c, i)]
+            if segments:
+                out.append(EngineChunk(segments=tuple(segments)))
+        reason = choice.get("finish_reason")
+        if reason:
+            self.finish_reason = _FINISH.get(str(reason), FinishReason.STOP)
+        return out
+
+    def finish(self) -> EngineChunk:
+        """The last chunk: the remaining calls, the reason and the usage."""
+        if self.finish_reason is None:
+            raise EngineError("the upstream's stream ended before it finished")
+        segments: tuple[Segment, ...] = ()
+        if self.finish_reason not in (FinishReason.LENGTH, FinishReason.CONTENT_FILTER):
+            segments = self._flush_calls()  # cut short: the open call stays incomplete
+        usage = self.usage or Usage(output_tokens=self.reasoning_deltas + self.content_deltas)
+        if not usage.reasoning_tokens and self.reasoning_deltas:
+            usage = Usage(usage.input_tokens, usage.cached_tokens, usage.output_tokens,
+                          min(self.reasoning_deltas, usage.output_tokens))  # fmt: skip
+        return EngineChunk(finish=self.finish_reason, usage=usage, segments=segments)
+
+    def _call_delta(self, raw: Any, position: int) -> list[Segment]:
+        if not isinstance(raw, dict):
+            raise EngineError(f"the upstream sent a tool call that is not an object: {raw!r}")
+        index = raw.get("index", position)
+        function = raw.get("function") or {}
+        call = self.calls.setdefault(int(index), _Call())
+        name, piece = function.get("name"), function.get("arguments") or ""
+        if isinstance(name, str) and name and not call.started:
+            call.name += name if call.name != name else ""
+        if not isinstance(piece, str):
+            piece = json.dumps(piece)  # a server that sends the arguments as an object
+        if self.open_call == index:
+            call.arguments += piece
+            return [Segment(SegmentKind.CALL_ARGS, piece)] if piece else []
+        call.arguments += piece
+        if self.open_call is not None and not _complete(self.calls[self.open_call].arguments):
+            return []  # interleaved: this call waits
+        return list(self._close_complete()) + self._start_next()
+
+    def _close_complete(self) -> tuple[Segment, ...]:
+        """Close the open call if its arguments are whole (text or another call follows)."""
+        if self.open_call is None or not _complete(self.calls[self.open_call].arguments):
+            return ()
+        del self.calls[self.open_call]
+        self.open_call = None
+        return (Segment(SegmentKind.CALL_END),)
+
+    def _start_next(self) -> list[Segment]:
+        waiting = [i for i, c in sorted(self.calls.items()) if c.name and not c.started]
+        if self.open_call is not None or not waiting:
+            return []
+        index = waiting[0]
+        call = self.calls[index]
+        call.started, self.open_call = True, index
+        head = [Segment(SegmentKind.CALL_START, name=call.name)]
+        return head + ([Segment(SegmentKind.CALL_ARGS, call.arguments)] if call.arguments else [])
+
+    def _flush_calls(self) -> tuple[Segment, ...]:
+        out: list[Segment] = []
+        if self.open_call is not None:
+            del self.calls[self.open_call]
+            self.open_call = None
+            out.append(Segment(SegmentKind.CALL_END))
+        for _, call in sorted(self.calls.items()):
+            if not call.name:
+                raise EngineError("the upstream sent a tool call without a name")
+            out += [Segment(SegmentKind.CALL_START, name=call.name),
+                    Segment(SegmentKind.CALL_ARGS, call.arguments), Segment(SegmentKind.CALL_END)]  # fmt: skip
+        self.calls.clear()
+        return tuple(out)
+
+
+def _complete(arguments: str) -> bool:
+    try:
+        return isinstance(json.loads(arguments), dict)
+    except ValueError:
+        return False
+
+
+def _usage(raw: Mapping[str, Any]) -> Usage:
+    prompt = raw.get("prompt_tokens_details") or {}
+    completion = raw.get("completion_tokens_details") or {}
+    cached = prompt.get("cached_tokens") or raw.get("prompt_cache_hit_tokens") or 0
+    return Usage(
+        input_tokens=int(raw.get("prompt_tokens") or 0),
+        cached_tokens=int(cached),
+        output_tokens=int(raw.get("completion_tokens") or 0),
+        reasoning_tokens=int(completion.get("reasoning_tokens") or 0),
+    )
+
+
+def _logprobs(raw: Any) -> tuple[TokenLogprob, ...]:
+    content = raw.get("content") if isinstance(raw, dict) else None
+    if not isinstance(content, list):
+        return ()
+    return tuple(
+        TokenLogprob(
+            str(entry.get("token", "")), tuple(entry.get("bytes") or ()),
+            float(entry.get("logprob", 0.0)),
+            tuple(TopLogprob(str(t.get("token", "")), tuple(t.get("bytes") or ()),
+                             float(t.get("logprob", 0.0)))
+                  for t in entry.get("top_logprobs") or () if isinstance(t, dict)),
+        )
+        for entry in content if isinstance(entry, dict)
+    )  # fmt: skip
