@@ -299,7 +299,7 @@ def _failed(upstream: Replay, scenario: Scenario, **options: Any) -> dict[str, A
     upstream.play(scenario)
     events = _stream(upstream.url, {"input": "x"}, **options)
     assert events[-2]["type"] == "error" and events[-1]["type"] == "response.failed"
-    return events[-1]["response"]
+    return _final(events)
 
 
 def test_a_stream_broken_mid_way_ends_failed_with_what_it_had(upstream: Replay) -> None:
