@@ -14,7 +14,7 @@ import json
 import logging
 import os
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
@@ -47,6 +47,9 @@ class UpstreamConfig:
     api_key_env: str | None = None  # the environment variable holding its API key
     parse_calls: str | None = None  # hermes, qwen3_coder or harmony
     parse_think: bool = False
+    # A JSON schema as `{"type": "json_object", "schema": …}` (llama-cpp-python's server takes
+    # no `json_schema` response format) instead of OpenAI's `json_schema`.
+    schema_in_json_object: bool = False
     connect_timeout: float = 10.0
     first_byte_timeout: float = 300.0  # until the upstream answers (its prefill)
     idle_timeout: float = 120.0  # between two chunks of a stream
@@ -126,14 +129,13 @@ class UpstreamEngine:
     # ---- Engine protocol ----------------------------------------------------------------
 
     async def open(self, request: EngineRequest) -> Opened:
-        body = chat_body(request, self.config.upstream_model or self.config.model)
-        response = await self._send(body)
+        response = await self._send(self._body(request))
         parser = self.config.family.parser(request.tools)
         return UpstreamOpened(request, parser, response)
 
     async def count_tokens(self, request: EngineRequest) -> int:
         """The upstream's own count: a one-token, unstreamed request's `prompt_tokens`."""
-        body = chat_body(request, self.config.upstream_model or self.config.model)
+        body = self._body(request)
         body.update(stream=False, max_tokens=1)
         body.pop("stream_options", None)
         response = await self._send(body)
@@ -144,6 +146,21 @@ class UpstreamEngine:
             raise UpstreamError("the upstream reported no token count") from exc
         finally:
             await response.aclose()
+
+    def _body(self, request: EngineRequest) -> dict[str, Any]:
+        c = self.config
+        return chat_body(request, c.upstream_model or c.model,
+                         schema_in_json_object=c.schema_in_json_object)  # fmt: skip
+
+    async def _count_quietly(self, request: EngineRequest) -> int:
+        """An upstream that streams no usage (llama-cpp-python's server): its input tokens,
+        counted by a one-token request for the same prompt (the upstream's prompt cache
+        makes it cheap), or 0 when that fails. Output tokens are then its chunks."""
+        try:
+            return await self.count_tokens(request)
+        except (ClientError, EngineError) as exc:
+            log.warning("%s: no usage in the stream, and no token count: %s", self.info.id, exc)
+            return 0
 
     async def _send(self, body: dict[str, Any]) -> httpx.Response:
         """POST, and wait for the status line: errors here are the whole response's status."""
@@ -174,7 +191,12 @@ class UpstreamEngine:
                     break
                 for chunk in reader.read(_json_object(data)):
                     yield chunk
-            yield reader.finish()
+            last = reader.finish()
+            if reader.usage is None and last.usage is not None:
+                await response.aclose()
+                counted = await self._count_quietly(opened.request)
+                last = replace(last, usage=replace(last.usage, input_tokens=counted))
+            yield last
         finally:
             self.streams -= 1
             await response.aclose()  # a client that left closes the upstream request now
@@ -242,7 +264,8 @@ def _json_object(data: str) -> dict[str, Any]:
 # ---- request: Responses intent → chat completions ---------------------------------------------
 
 
-def chat_body(request: EngineRequest, model: str) -> dict[str, Any]:
+def chat_body(request: EngineRequest, model: str, *, schema_in_json_object: bool = False
+              ) -> dict[str, Any]:  # fmt: skip
     s = request.sampling
     body: dict[str, Any] = {
         "model": model,
@@ -265,7 +288,7 @@ def chat_body(request: EngineRequest, model: str) -> dict[str, Any]:
         body.update(logprobs=True, top_logprobs=request.top_logprobs)
     body.update(_tools(request))
     if request.output is not None:
-        body["response_format"] = _response_format(request)
+        body["response_format"] = _response_format(request, schema_in_json_object)
     return body
 
 
@@ -273,7 +296,6 @@ def _chat_message(message: ChatMessage) -> dict[str, Any]:
     out: dict[str, Any] = {"role": message.role, "content": message.content}
     if message.tool_calls:
         out["tool_calls"] = [_chat_call(c, i) for i, c in enumerate(message.tool_calls)]
-        out["content"] = message.content or None
     if message.tool_call_id is not None:
         out["tool_call_id"] = message.tool_call_id
     return out
@@ -300,11 +322,13 @@ def _tools(request: EngineRequest) -> dict[str, Any]:
             "parallel_tool_calls": request.parallel_tool_calls}  # fmt: skip
 
 
-def _response_format(request: EngineRequest) -> dict[str, Any]:
+def _response_format(request: EngineRequest, schema_in_json_object: bool) -> dict[str, Any]:
     output = request.output
     assert output is not None
     if output.kind == "json_object":
         return {"type": "json_object"}
+    if schema_in_json_object:
+        return {"type": "json_object", "schema": dict(output.schema)}
     schema: dict[str, Any] = {"name": output.name, "schema": dict(output.schema)}
     if output.strict is not None:
         schema["strict"] = output.strict

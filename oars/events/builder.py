@@ -149,6 +149,10 @@ _SEGMENT_ITEM = {
 # part type → prefix of its delta/done events
 _PART_EVENT = {"output_text": "response.output_text", "reasoning_text": "response.reasoning_text"}
 
+# Why a response that stopped early is `incomplete` (its `incomplete_details.reason`).
+_INCOMPLETE_REASONS = {FinishReason.LENGTH: "max_output_tokens",
+                       FinishReason.CONTENT_FILTER: "content_filter"}  # fmt: skip
+
 
 class ResponseBuilder:
     """Builds the event stream and the `Response` object of one generation."""
@@ -257,14 +261,14 @@ class ResponseBuilder:
             if self._is_open("function_call") or self._is_open("custom_tool_call")
             else None
         )
-        if call is not None and reason is FinishReason.STOP:
+        if call is not None and reason in (FinishReason.STOP, FinishReason.TOOL_CALLS):
             return self.fail(f"The model stopped inside its call to '{call.name}': the call's "
                              "arguments are incomplete.")  # fmt: skip
-        incomplete = reason is FinishReason.LENGTH
+        incomplete = _INCOMPLETE_REASONS.get(reason)
         events = self._close("incomplete" if incomplete else "completed")
         self._completed_at = int(time.time())
         if incomplete:
-            self.status, self._incomplete_reason = "incomplete", "max_output_tokens"
+            self.status, self._incomplete_reason = "incomplete", incomplete
             events.append(self._emit("response.incomplete", response=self.response))
         else:
             self.status = "completed"

@@ -123,6 +123,9 @@ def test_tool_choice_and_text_format_translate(upstream: Replay) -> None:
                                                "strict": True}}  # fmt: skip
     _stream(upstream.url, {"input": "x", "text": {"format": {"type": "json_object"}}})
     assert upstream.bodies[-1]["response_format"] == {"type": "json_object"}
+    _stream(upstream.url, {"input": "x", "text": {"format": fmt}}, schema_in_json_object=True)
+    assert upstream.bodies[-1]["response_format"] == {"type": "json_object",
+                                                      "schema": fmt["schema"]}  # fmt: skip
 
 
 def test_api_key_comes_from_the_named_environment_variable(
@@ -151,7 +154,7 @@ def test_plain_text_stream(upstream: Replay) -> None:
 
 
 REASONING_DIALECTS = ["vllm_reasoning", "vllm_reasoning_field", "sglang_reasoning",
-                      "ollama_reasoning", "deepseek_reasoning"]  # fmt: skip
+                      "ollama_reasoning", "ollama_reasoning_legacy", "deepseek_reasoning"]  # fmt: skip
 
 
 @pytest.mark.parametrize("name", REASONING_DIALECTS)
@@ -166,7 +169,7 @@ def test_reasoning_dialects_become_a_reasoning_item(upstream: Replay, name: str)
     sent = "".join(_deltas(scenario, "reasoning_content") + _deltas(scenario, "reasoning"))
     assert reasoning == sent and reasoning
     text = response["output"][1]["content"][0]["text"]
-    assert text == "".join(_deltas(scenario, "content"))
+    assert text == "".join(_deltas(scenario, "content")).lstrip()  # as after a </think>
     assert response["usage"]["output_tokens_details"]["reasoning_tokens"] > 0
 
 
@@ -207,13 +210,23 @@ def test_indexed_call_deltas_become_one_item_per_call(upstream: Replay, name: st
     assert all(c["status"] == "completed" and c["call_id"] for c in calls)
 
 
+def test_a_call_repeating_its_name_in_every_delta_keeps_one_name(upstream: Replay) -> None:
+    """llama-cpp-python's server repeats id, type and name in each argument delta."""
+    upstream.play(recorded("llama_cpp_python_named_tool"))
+    body = {"input": "x", "tools": [WEATHER],
+            "tool_choice": {"type": "function", "name": "get_weather"}}  # fmt: skip
+    response = _final(_stream(upstream.url, body))
+    [call] = [item for item in response["output"] if item["type"] == "function_call"]
+    assert call["name"] == "get_weather" and json.loads(call["arguments"])["city"]
+
+
 def test_logprobs_reach_the_output_text(upstream: Replay) -> None:
     scenario = recorded("logprobs")
     upstream.play(scenario)
     body = {"input": "x", "include": ["message.output_text.logprobs"], "top_logprobs": 2}
     part = _final(_stream(upstream.url, body))["output"][0]["content"][0]
-    entries = [e for c in scenario.chunks if c.get("choices")
-               for e in (c["choices"][0].get("logprobs") or {}).get("content") or []]  # fmt: skip
+    entries = [e for c in scenario.chunks if c.get("choices") and c["choices"][0]["delta"].get(
+               "content") for e in (c["choices"][0].get("logprobs") or {}).get("content") or []]  # fmt: skip
     assert [lp["token"] for lp in part["logprobs"]] == [e["token"] for e in entries]
     assert part["logprobs"][0]["logprob"] == entries[0]["logprob"]
     assert len(part["logprobs"][0]["top_logprobs"]) == 2
@@ -228,7 +241,8 @@ def test_cut_short_is_incomplete_with_its_reason(upstream: Replay, name: str, re
     assert response["incomplete_details"] == {"reason": reason}
 
 
-@pytest.mark.parametrize("name", ["usage_in_last_choice_chunk", "text_with_role_first"])
+@pytest.mark.parametrize("name", ["usage_in_last_choice_chunk", "text_with_role_first",
+                                  "llama_cpp_python_text"])  # fmt: skip
 def test_other_framings_complete(upstream: Replay, name: str) -> None:
     upstream.play(recorded(name))
     response = _final(_stream(upstream.url, {"input": "x"}))
@@ -237,7 +251,8 @@ def test_other_framings_complete(upstream: Replay, name: str) -> None:
 
 def test_every_recorded_stream_is_replayed_by_a_test() -> None:
     covered = {*REASONING_DIALECTS, "vllm_parallel_tools", "interleaved_tools", "logprobs",
-               "length", "content_filter", "usage_in_last_choice_chunk", "text_with_role_first"}  # fmt: skip
+               "length", "content_filter", "usage_in_last_choice_chunk", "text_with_role_first",
+               "llama_cpp_python_text", "llama_cpp_python_named_tool"}  # fmt: skip
     assert {p.stem for p in FIXTURES.glob("*.json")} == covered
 
 
@@ -408,3 +423,10 @@ def test_upstreams_are_configured_by_flag_or_toml(tmp_path: Any) -> None:
     path.write_text('[[upstream]]\nmodel = "a"\nurl = "http://x/v1"\nspeed = 3\n')
     with pytest.raises(ValueError, match="speed"):
         load_upstreams(str(path))
+
+
+def test_a_stream_without_usage_is_counted_by_the_upstream(upstream: Replay) -> None:
+    upstream.play(text_stream(["a", "b", "c"], usage=False))
+    usage = _final(_stream(upstream.url, {"input": "x"}))["usage"]
+    assert (usage["input_tokens"], usage["output_tokens"]) == (7, 3)
+    assert upstream.bodies[-1]["stream"] is False and upstream.bodies[-1]["max_tokens"] == 1
