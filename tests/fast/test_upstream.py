@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -430,3 +432,40 @@ def test_a_stream_without_usage_is_counted_by_the_upstream(upstream: Replay) -> 
     usage = _final(_stream(upstream.url, {"input": "x"}))["usage"]
     assert (usage["input_tokens"], usage["output_tokens"]) == (7, 3)
     assert upstream.bodies[-1]["stream"] is False and upstream.bodies[-1]["max_tokens"] == 1
+
+
+def test_a_client_that_leaves_closes_the_upstream_request_at_once(upstream: Replay) -> None:
+    """End to end, with a real `oars serve --upstream` process (no model to load)."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "oars.cli", "serve", "--port", str(port), "--store", "none",
+           "--upstream", f"up={upstream.url}", "--log-level", "warning"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_for(lambda: httpx.get(f"{base}/health", timeout=1).status_code == 200)
+        upstream.play(Scenario(text_stream([f"w{i} " for i in range(500)]).chunks,
+                               chunk_delay=0.02))  # fmt: skip
+        body = {"model": "up", "input": "x", "stream": True}
+        with httpx.stream("POST", f"{base}/v1/responses", json=body, timeout=10) as r:
+            for line in r.iter_lines():
+                if "response.output_text.delta" in line:
+                    break
+        left = time.monotonic()
+        assert upstream.closed.wait(5), "the upstream kept streaming to nobody"
+        assert time.monotonic() - left < 1.0
+        _wait_for(lambda: not httpx.get(f"{base}/health", timeout=1).json()["busy"])
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def _wait_for(check: Any, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError("timed out")
