@@ -55,6 +55,10 @@ def text_stream(pieces: list[str], *, finish: str = "stop", usage: bool = True) 
     return Scenario(chunks)
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 256  # many streams connect at once (the default backlog is 5)
+
+
 class Replay:
     def __init__(self) -> None:
         self.scenarios: list[Scenario] = []
@@ -77,7 +81,7 @@ class Replay:
                 scenario = replay.scenarios.pop(0) if replay.scenarios else replay.default
                 replay._serve(self, scenario)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}/v1"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
