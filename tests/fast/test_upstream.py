@@ -469,3 +469,9 @@ def _wait_for(check: Any, timeout: float = 20.0) -> None:
             pass
         time.sleep(0.1)
     raise AssertionError("timed out")
+
+
+def test_input_tokens_are_the_upstream_count(upstream: Replay) -> None:
+    r = _call(upstream.url, {"input": "x"}, path="/v1/responses/input_tokens")
+    assert r.json() == {"object": "response.input_tokens", "input_tokens": 7}
+    assert upstream.bodies[-1]["max_tokens"] == 1 and upstream.bodies[-1]["stream"] is False
