@@ -103,10 +103,12 @@ class Family:
         answer = _json(output) if output is not None else None
         if answer is None:
             return tools, calls
-        if calls is None or (self.guards and request.after_tool_output):
+        if self.guards and request.after_tool_output:
             return ToolSet(tools.offered, (), "none"), answer
         if self.calls != "hermes":
-            return tools, answer  # the family writes its calls in its own syntax: free
+            return tools, answer  # its calls, in its own syntax, stay possible (unconstrained)
+        if calls is None:
+            return ToolSet(tools.offered, (), "none"), answer
         return tools, _answer_or_call(tools, answer)
 
     def _calls(self, tools: ToolSet, *, parallel: bool) -> Constraint | None:

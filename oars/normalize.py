@@ -460,7 +460,7 @@ def _after_tool_output(raw_input: Any) -> bool:
 def _check_forced(toolset: ToolSet, output: OutputFormat | None, stop: tuple[str, ...]) -> None:
     """A forced call owns the reply: not with a JSON `text.format`. A stop sequence could cut a
     JSON output or a forced call short before it is valid: not with either."""
-    forced = toolset.mode == "required"
+    forced = toolset.mode == "required" and bool(toolset.callable)
     if forced and output is not None:
         raise _fail("A forced tool call cannot also follow 'text.format'.", "tool_choice")
     if stop and (forced or output is not None):

@@ -142,7 +142,7 @@ class UpstreamEngine:
         try:
             await response.aread()
             return int(response.json()["usage"]["prompt_tokens"])
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, httpx.HTTPError) as exc:
             raise UpstreamError("the upstream reported no token count") from exc
         finally:
             await response.aclose()
@@ -186,12 +186,15 @@ class UpstreamEngine:
         response, reader = opened.response, _ChunkReader()
         self.streams += 1
         try:
-            async for data in _sse_data(response, self.config.idle_timeout):
+            timeouts = (self.config.first_byte_timeout, self.config.idle_timeout)
+            async for data in _sse_data(response, *timeouts):
                 if data == "[DONE]":
                     break
                 for chunk in reader.read(_json_object(data)):
                     yield chunk
-            last = reader.finish()
+            *rest, last = reader.finish()
+            for chunk in rest:
+                yield chunk
             if reader.usage is None and last.usage is not None:
                 await response.aclose()
                 counted = await self._count_quietly(opened.request)
@@ -231,16 +234,20 @@ def _error_fields(response: httpx.Response) -> tuple[str, str | None, str | None
     return str(error)[:500], None, None, "invalid_request_error"
 
 
-async def _sse_data(response: httpx.Response, idle: float) -> AsyncIterator[str]:
-    """The `data:` payloads of an SSE body; an upstream silent for `idle` seconds has stalled."""
+async def _sse_data(response: httpx.Response, first: float, idle: float) -> AsyncIterator[str]:
+    """The `data:` payloads of an SSE body. Engines that answer with their headers at once
+    queue and prefill before the first chunk (`first` seconds allowed); after it, an upstream
+    silent for `idle` seconds has stalled."""
     lines = response.aiter_lines().__aiter__()
+    wait = first
     while True:
         try:
-            line = await asyncio.wait_for(lines.__anext__(), idle)
+            line = await asyncio.wait_for(lines.__anext__(), wait)
+            wait = idle
         except StopAsyncIteration:
             return
         except TimeoutError as exc:
-            raise EngineError(f"the upstream sent nothing for {idle:g} s") from exc
+            raise EngineError(f"the upstream sent nothing for {wait:g} s") from exc
         except httpx.HTTPError as exc:
             raise EngineError(f"the upstream's stream broke: {exc}") from exc
         if line.startswith("data:"):
@@ -281,7 +288,7 @@ def chat_body(request: EngineRequest, model: str, *, schema_in_json_object: bool
         "max_tokens": s.max_output_tokens,
         "top_k": s.top_k or None,
         "repetition_penalty": s.repetition_penalty if s.repetition_penalty != 1.0 else None,
-        "reasoning_effort": request.reasoning_effort,
+        "reasoning_effort": _EFFORTS.get(request.reasoning_effort or "", request.reasoning_effort),
     }
     body.update({k: v for k, v in optional.items() if v is not None})
     if request.top_logprobs is not None:
@@ -290,6 +297,10 @@ def chat_body(request: EngineRequest, model: str, *, schema_in_json_object: bool
     if request.output is not None:
         body["response_format"] = _response_format(request, schema_in_json_object)
     return body
+
+
+# Efforts beyond OpenAI's chat values, as the nearest one engines take.
+_EFFORTS = {"xhigh": "high", "max": "high"}
 
 
 def _chat_message(message: ChatMessage) -> dict[str, Any]:
@@ -346,6 +357,7 @@ _FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH,
 class _Call:
     name: str = ""
     arguments: str = ""
+    id: str = ""
     started: bool = False
 
 
@@ -353,10 +365,12 @@ class _Call:
 class _ChunkReader:
     """Reads one stream. A call streams live while it is the open one; another call's deltas
     wait until the open call's arguments are a complete JSON object (upstreams that send calls
-    one after another), or until the end (upstreams that interleave them)."""
+    one after another), or until the end (upstreams that interleave them). Text or reasoning
+    that arrives while the open call is unfinished waits for it to end."""
 
     calls: dict[int, _Call] = field(default_factory=dict)
     open_call: int | None = None
+    waiting: list[EngineChunk] = field(default_factory=list)  # output held behind a call
     finish_reason: FinishReason | None = None
     usage: Usage | None = None
     reasoning_deltas: int = 0
@@ -373,52 +387,78 @@ class _ChunkReader:
         if isinstance(reasoning, str) and reasoning:
             self.reasoning_deltas += 1
             segment = Segment(SegmentKind.REASONING, reasoning)
-            out.append(EngineChunk(num_tokens=1, segments=(*self._close_complete(), segment)))
+            out += self._after_calls(EngineChunk(num_tokens=1, segments=(segment,)))
         content = delta.get("content")
         if isinstance(content, str) and content:
             self.content_deltas += 1
-            closed = self._close_complete()
-            if closed:
-                out.append(EngineChunk(segments=closed))
-            out.append(EngineChunk(content, 1, _logprobs(choice.get("logprobs"))))
+            logprobs = _logprobs(choice.get("logprobs"))
+            out += self._after_calls(EngineChunk(content, 1, logprobs))
         calls = delta.get("tool_calls")
         if isinstance(calls, list):
-            segments = [s for i, c in enumerate(calls) for s in self._call_delta(c, i)]
-            if segments:
-                out.append(EngineChunk(segments=tuple(segments)))
+            segments = [s for c in calls for s in self._call_delta(c)]
+            out += self._released(segments)
         reason = choice.get("finish_reason")
         if reason:
             self.finish_reason = _FINISH.get(str(reason), FinishReason.STOP)
         return out
 
-    def finish(self) -> EngineChunk:
-        """The last chunk: the remaining calls, the reason and the usage."""
+    def finish(self) -> list[EngineChunk]:
+        """The last chunks: what was held, the remaining calls, the reason and the usage."""
         if self.finish_reason is None:
             raise EngineError("the upstream's stream ended before it finished")
-        segments: tuple[Segment, ...] = ()
-        if self.finish_reason not in (FinishReason.LENGTH, FinishReason.CONTENT_FILTER):
-            segments = self._flush_calls()  # cut short: the open call stays incomplete
+        cut = self.finish_reason in (FinishReason.LENGTH, FinishReason.CONTENT_FILTER)
+        out = [] if cut else self._released(self._flush_calls())
+        out += self.waiting if self.open_call is None else []  # else: the call never ended
         usage = self.usage or Usage(output_tokens=self.reasoning_deltas + self.content_deltas)
         if not usage.reasoning_tokens and self.reasoning_deltas:
-            usage = Usage(usage.input_tokens, usage.cached_tokens, usage.output_tokens,
-                          min(self.reasoning_deltas, usage.output_tokens))  # fmt: skip
-        return EngineChunk(finish=self.finish_reason, usage=usage, segments=segments)
+            usage = replace(usage, reasoning_tokens=min(self.reasoning_deltas,
+                                                        usage.output_tokens))  # fmt: skip
+        return [*out, EngineChunk(finish=self.finish_reason, usage=usage)]
 
-    def _call_delta(self, raw: Any, position: int) -> list[Segment]:
+    def _after_calls(self, chunk: EngineChunk) -> list[EngineChunk]:
+        """Text or reasoning: after the open call if its arguments are whole, else held."""
+        closed = self._close_complete()
+        if self.open_call is not None:
+            self.waiting.append(chunk)
+            return []
+        return [*self._released(list(closed)), chunk]
+
+    def _released(self, segments: list[Segment]) -> list[EngineChunk]:
+        """Call segments, then what waited for the call that just ended."""
+        out = [EngineChunk(segments=tuple(segments))] if segments else []
+        if self.open_call is None and self.waiting:
+            out += self.waiting
+            self.waiting = []
+        return out
+
+    def _index(self, raw: Mapping[str, Any]) -> int:
+        """The call a delta belongs to: its `index`, or (servers that send none) a new call
+        for a new `id` and the last call otherwise."""
+        index = raw.get("index")
+        if isinstance(index, int) and not isinstance(index, bool):
+            return index
+        last = max(self.calls, default=-1)
+        call_id = raw.get("id")
+        fresh = last < 0 or (isinstance(call_id, str) and call_id and
+                             call_id != self.calls[last].id)  # fmt: skip
+        return last + 1 if fresh else last
+
+    def _call_delta(self, raw: Any) -> list[Segment]:
         if not isinstance(raw, dict):
             raise EngineError(f"the upstream sent a tool call that is not an object: {raw!r}")
-        index = raw.get("index", position)
+        index = self._index(raw)
         function = raw.get("function") or {}
-        call = self.calls.setdefault(int(index), _Call())
+        call = self.calls.setdefault(index, _Call(id=str(raw.get("id") or "")))
         name, piece = function.get("name"), function.get("arguments") or ""
-        if isinstance(name, str) and name and not call.started:
-            call.name += name if call.name != name else ""
+        if isinstance(name, str) and name and not call.started and not call.arguments:
+            # A name in pieces grows until the arguments begin; one repeated in every delta
+            # (llama-cpp-python's server) is kept once.
+            call.name += name if not call.name.endswith(name) else ""
         if not isinstance(piece, str):
             piece = json.dumps(piece)  # a server that sends the arguments as an object
-        if self.open_call == index:
-            call.arguments += piece
-            return [Segment(SegmentKind.CALL_ARGS, piece)] if piece else []
         call.arguments += piece
+        if self.open_call == index:
+            return [Segment(SegmentKind.CALL_ARGS, piece)] if piece else []
         if self.open_call is not None and not _complete(self.calls[self.open_call].arguments):
             return []  # interleaved: this call waits
         return list(self._close_complete()) + self._start_next()
@@ -431,8 +471,10 @@ class _ChunkReader:
         self.open_call = None
         return (Segment(SegmentKind.CALL_END),)
 
-    def _start_next(self) -> list[Segment]:
-        waiting = [i for i, c in sorted(self.calls.items()) if c.name and not c.started]
+    def _start_next(self, *, at_end: bool = False) -> list[Segment]:
+        """Start the first waiting call once its arguments have begun (its name is whole)."""
+        waiting = [i for i, c in sorted(self.calls.items())
+                   if c.name and not c.started and (c.arguments or at_end)]  # fmt: skip
         if self.open_call is not None or not waiting:
             return []
         index = waiting[0]
@@ -441,19 +483,25 @@ class _ChunkReader:
         head = [Segment(SegmentKind.CALL_START, name=call.name)]
         return head + ([Segment(SegmentKind.CALL_ARGS, call.arguments)] if call.arguments else [])
 
-    def _flush_calls(self) -> tuple[Segment, ...]:
+    def _flush_calls(self) -> list[Segment]:
+        """At the end: every call in order. One whose arguments are unfinished stays open (the
+        builder fails the response rather than report a half-written call)."""
         out: list[Segment] = []
-        if self.open_call is not None:
-            del self.calls[self.open_call]
-            self.open_call = None
-            out.append(Segment(SegmentKind.CALL_END))
-        for _, call in sorted(self.calls.items()):
-            if not call.name:
+        while True:
+            if self.open_call is not None:
+                call = self.calls[self.open_call]
+                if not call.arguments:
+                    call.arguments = "{}"  # a call without parameters
+                    out.append(Segment(SegmentKind.CALL_ARGS, "{}"))
+                if not _complete(call.arguments):
+                    return out
+                out += self._close_complete()
+            if not self.calls:
+                return out
+            started = self._start_next(at_end=True)
+            if not started:
                 raise EngineError("the upstream sent a tool call without a name")
-            out += [Segment(SegmentKind.CALL_START, name=call.name),
-                    Segment(SegmentKind.CALL_ARGS, call.arguments), Segment(SegmentKind.CALL_END)]  # fmt: skip
-        self.calls.clear()
-        return tuple(out)
+            out += started
 
 
 def _complete(arguments: str) -> bool:

@@ -69,3 +69,9 @@ def test_reasoning_effort_becomes_template_switches() -> None:
     assert template_switches(None) == {}
     assert template_switches("none") == {"enable_thinking": False}
     assert template_switches("xhigh") == {"enable_thinking": True, "reasoning_effort": "high"}
+
+
+def test_other_families_keep_their_calls_beside_a_json_format() -> None:
+    plan = Family("qwen3_coder").plan(_request(output=ANSWER))
+    assert plan.tools.mode == "auto" and plan.constraint is not None
+    assert plan.constraint.kind is GrammarKind.JSON_SCHEMA

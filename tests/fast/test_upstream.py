@@ -475,3 +475,67 @@ def test_input_tokens_are_the_upstream_count(upstream: Replay) -> None:
     r = _call(upstream.url, {"input": "x"}, path="/v1/responses/input_tokens")
     assert r.json() == {"object": "response.input_tokens", "input_tokens": 7}
     assert upstream.bodies[-1]["max_tokens"] == 1 and upstream.bodies[-1]["stream"] is False
+
+
+def _calls_stream(*deltas: Any, finish: str = "tool_calls") -> Scenario:
+    """A stream of `delta` objects (tool_calls lists or content strings), then `finish`."""
+    base = {"id": "chatcmpl-2", "object": "chat.completion.chunk", "created": 1, "model": "up"}
+    chunks: list[Any] = []
+    for d in deltas:
+        delta = {"content": d} if isinstance(d, str) else {"tool_calls": d}
+        chunks.append({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+    chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+    return Scenario(chunks)
+
+
+def _fn(name: str | None = None, arguments: str | None = None, **extra: Any) -> dict[str, Any]:
+    function = {k: v for k, v in (("name", name), ("arguments", arguments)) if v is not None}
+    return {**extra, "type": "function", "function": function}
+
+
+def _output(upstream: Replay, scenario: Scenario) -> dict[str, Any]:
+    upstream.play(scenario)
+    return _final(_stream(upstream.url, {"input": "x", "tools": [WEATHER]}))
+
+
+def test_a_call_cut_off_mid_arguments_is_never_completed(upstream: Replay) -> None:
+    for finish in ("tool_calls", "stop"):
+        response = _output(upstream, _calls_stream(
+            [_fn("get_weather", '{"city": "Pa', index=0)], finish=finish))  # fmt: skip
+        assert response["status"] == "failed", response["output"]
+        assert response["output"][0]["status"] == "incomplete"
+
+
+def test_text_sent_inside_an_unfinished_call_waits_for_it(upstream: Replay) -> None:
+    response = _output(upstream, _calls_stream(
+        [_fn("get_weather", '{"city": "Pa', index=0)], "Let me check.",
+        [_fn(None, 'ris"}', index=0)]))  # fmt: skip
+    call, message = response["output"]
+    assert json.loads(call["arguments"]) == {"city": "Paris"} and call["status"] == "completed"
+    assert message["content"][0]["text"] == "Let me check."
+
+
+def test_calls_without_an_index_are_told_apart_by_id(upstream: Replay) -> None:
+    response = _output(upstream, _calls_stream(
+        [_fn("get_weather", '{"city": ', id="a")], [_fn(None, '"Paris"}')],
+        [_fn("get_weather", '{"city": "Oslo"}', id="b")]))  # fmt: skip
+    cities = [json.loads(c["arguments"])["city"] for c in response["output"]]
+    assert cities == ["Paris", "Oslo"] and response["status"] == "completed"
+
+
+def test_a_name_in_pieces_and_a_call_without_arguments(upstream: Replay) -> None:
+    response = _output(upstream, _calls_stream(
+        [_fn("get_", "", index=0)], [_fn("weather", None, index=0)],
+        [_fn(None, '{"city": "Rome"}', index=0)], [_fn("get_weather", None, index=1)]))  # fmt: skip
+    first, second = response["output"]
+    assert (first["name"], json.loads(first["arguments"])) == ("get_weather", {"city": "Rome"})
+    assert (second["name"], second["arguments"]) == ("get_weather", "{}")
+
+
+def test_the_first_chunk_may_take_longer_than_the_idle_timeout(upstream: Replay) -> None:
+    """Engines send their headers at once, then queue and prefill."""
+    slow_start = Scenario(text_stream(["ok"]).chunks, stall_after=0, stall=1.0)
+    upstream.play(slow_start)
+    response = _final(_stream(upstream.url, {"input": "x"}, idle_timeout=0.3,
+                              first_byte_timeout=5.0))  # fmt: skip
+    assert response["status"] == "completed"
