@@ -67,8 +67,10 @@ def test_openai_sdk_background_resume_and_cancel(server: str) -> None:
     assert report.ok, report.text()
     assert [e["type"] for e in report.events[:3]] == [
         "response.created", "response.queued", "response.in_progress"]  # fmt: skip
-    long = client.responses.create(model=MODEL, input="Write a long story about a lighthouse.",
-                                   background=True, max_output_tokens=400)  # fmt: skip
+    # Greedy counting runs for all 400 tokens (about 10 s): a sampled story could end by itself
+    # before the cancel arrives.
+    long = client.responses.create(model=MODEL, input="Count from 1 to 500, comma separated.",
+                                   background=True, max_output_tokens=400, temperature=0)  # fmt: skip
     _until(client, long.id, ("in_progress",))
     time.sleep(0.5)
     cancelled = client.responses.cancel(long.id)
