@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import sys
 from pathlib import Path
@@ -76,6 +75,8 @@ def _parser() -> argparse.ArgumentParser:
         help="this replica's name in the store (default: host:port, stable across restarts)",
     )
     serve.add_argument("--log-level", default=_env("LOG_LEVEL", "info"))
+    serve.add_argument("--log-format", choices=("text", "json"), default=_env("LOG_FORMAT", "text"),
+                       help="text lines, or one JSON object per line")  # fmt: skip
     sub.add_parser("pull", help="download and verify the default model")
     check = sub.add_parser("check", help="run the protocol battery against any Responses server")
     check.add_argument("url", help="the server's base URL, e.g. http://127.0.0.1:8000/v1")
@@ -92,6 +93,7 @@ def _parser() -> argparse.ArgumentParser:
 def _serve(args: argparse.Namespace) -> None:
     import uvicorn
 
+    from oars import logs
     from oars.engines import Engine
     from oars.engines.upstream import UpstreamEngine
     from oars.http import create_app
@@ -101,7 +103,7 @@ def _serve(args: argparse.Namespace) -> None:
     from oars.store import SqlStore
     from oars.weights import DEFAULT_MODEL, oars_home, pull
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    logs.setup(args.log_level, args.log_format)
     upstreams = _upstreams(args)
     engines: dict[str, Engine] = {}
     if args.model is not None or not upstreams:
@@ -129,7 +131,9 @@ def _serve(args: argparse.Namespace) -> None:
           flush=True)  # fmt: skip
     for config in upstreams:
         print(f"oars: {config.model} from {config.url}", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level.lower())
+    # logging is set up above: uvicorn adds none of its own, and oars.access logs requests
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level.lower(),
+                log_config=None, access_log=False)  # fmt: skip
 
 
 def _upstreams(args: argparse.Namespace) -> list[UpstreamConfig]:

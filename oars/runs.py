@@ -23,6 +23,7 @@ from typing import Any
 from oars.errors import InvalidRequest, NotFound, StoreUnavailable
 from oars.events import Event
 from oars.history import History, resolve
+from oars.metrics import Metrics, TokenClock
 from oars.normalize import ResponseRequest
 from oars.service import ResponsesService, Run
 from oars.store import TERMINAL_STATUSES, Finished, NewResponse, Store, StoredResponse
@@ -74,6 +75,8 @@ class RunHandle:
     def __init__(self, request: ResponseRequest, run: Run, history: History) -> None:
         self.request, self.run, self.history = request, run, history
         self.id: str = run.builder.id
+        self.model = run.engine.info.id  # the model serving it (any name may ask for it)
+        self.clock: TokenClock | None = None
         self.log = EventLog()
         self.initial = run.builder.response  # what a background create answers, and is kept
         self.task: asyncio.Task[None] | None = None
@@ -122,8 +125,9 @@ class Runs:
     """Every run of this replica, and the store they are kept in (None: nothing is kept)."""
 
     def __init__(self, service: ResponsesService, store: Store | None, *, replica: str,
-                 lease_seconds: float = 10.0) -> None:  # fmt: skip
+                 lease_seconds: float = 10.0, metrics: Metrics | None = None) -> None:  # fmt: skip
         self.service, self.store, self.replica = service, store, replica
+        self.metrics = metrics or Metrics()
         self.lease_seconds = lease_seconds
         self.active: dict[str, RunHandle] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -175,6 +179,7 @@ class Runs:
         history = await resolve(request, self.store)
         run = await self.service.start(history.request)
         handle = RunHandle(request, run, history)
+        handle.clock = TokenClock(self.metrics, handle.model)
         # The first write overlaps the prefill; no byte is sent before it has landed.
         begun = asyncio.ensure_future(self._begin(handle)) if request.store else None
         handle.task = asyncio.create_task(self._produce(handle, begun), name=f"run {handle.id}")
@@ -199,7 +204,7 @@ class Runs:
 
     async def _produce(self, handle: RunHandle, begun: asyncio.Future[None] | None) -> None:
         logged = _Persisted(self.store if begun is not None else None, handle, begun)
-        events = handle.run.events()
+        events = handle.run.events(handle.clock)
         ending: list[Event] = []  # held back until the response is kept
         try:
             if handle.cancel_requested:
@@ -234,6 +239,36 @@ class Runs:
             handle.log.append(ending)
             handle.log.close()
             self.active.pop(handle.id, None)
+            self._ended(handle)
+
+    def _ended(self, handle: RunHandle) -> None:
+        snapshot, clock = handle.snapshot, handle.clock
+        usage = snapshot.get("usage") or {}
+        self.metrics.response_done(handle.model, snapshot["status"], usage)
+        cached = (usage.get("input_tokens_details") or {}).get("cached_tokens")
+        ttft = None if clock is None or clock.first else (clock.first_at - clock.started) * 1000
+        duration = None if clock is None else (time.monotonic() - clock.started) * 1000
+        log.info(
+            "%s %s: %s input (%s cached), %s output tokens; output %s", handle.id,
+            snapshot["status"], usage.get("input_tokens"), cached, usage.get("output_tokens"),
+            [item["type"] for item in snapshot["output"]],
+            extra={"response_id": handle.id, "model": handle.model, "status": snapshot["status"],
+                   "input_tokens": usage.get("input_tokens"), "cached_tokens": cached,
+                   "output_tokens": usage.get("output_tokens"),
+                   "ttft_ms": None if ttft is None else round(ttft, 1),
+                   "duration_ms": None if duration is None else round(duration, 1)},
+        )  # fmt: skip
+
+    def load(self) -> dict[str, tuple[int, int]]:
+        """Per model: generations producing tokens, and those waiting for their first (in the
+        engine's queue or its prefill)."""
+        load = {model: (0, 0) for model in self.service.engines}
+        for handle in self.active.values():
+            if handle.generating and handle.clock is not None:
+                running, waiting = load.get(handle.model, (0, 0))
+                first = handle.clock.first
+                load[handle.model] = (running + (not first), waiting + first)
+        return load
 
     # ---- reading ------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ from oars.engines import Engine, Opened
 from oars.errors import EngineError, NotFound
 from oars.events import Event, ResponseBuilder
 from oars.generation import EngineChunk, TokenLogprob, Usage
+from oars.metrics import TokenClock
 from oars.normalize import ResponseRequest
 from oars.parsing import Segment, SegmentKind
 from oars.sealing import Sealer
@@ -114,12 +115,15 @@ class Run:
         self._with_logprobs = request.include_logprobs
         self._held = _HeldText()
 
-    async def events(self) -> AsyncGenerator[Event, None]:
+    async def events(self, clock: TokenClock | None = None) -> AsyncGenerator[Event, None]:
+        """The run's events; `clock` is told of the tokens as they come."""
         for event in self.builder.start() + self.builder.progress():
             yield event
         finish: EngineChunk | None = None
         try:
             async for chunk in self.engine.generate(self.opened):
+                if clock is not None:
+                    clock.tokens(chunk.num_tokens)
                 for event in self._apply(chunk):
                     yield event
                 if chunk.finish is not None:
@@ -144,11 +148,6 @@ class Run:
         for event in self._release() + self.builder.finish(finish.finish, usage):
             yield event
         response = self.builder.response
-        log.info(
-            "%s %s: %d input (%d cached), %d output tokens; output %s",
-            response["id"], response["status"], usage.input_tokens, usage.cached_tokens,
-            usage.output_tokens, [item["type"] for item in response["output"]],
-        )  # fmt: skip
         log.debug("%s output: %s", response["id"], response["output"])
 
     def _apply(self, chunk: EngineChunk) -> list[Event]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import re
@@ -10,6 +11,8 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -105,3 +108,24 @@ def store_url(request: pytest.FixtureRequest, tmp_path: object) -> str:
         return f"sqlite:///{tmp_path}/oars.db"
     server: str = request.getfixturevalue("postgres_server")
     return new_database(server)
+
+
+@contextlib.contextmanager
+def serving(app: Any) -> Iterator[str]:
+    """An app served by a real uvicorn on loopback, in a thread of this process: its base URL."""
+    import uvicorn
+
+    config = uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            pytest.fail("the test server did not start")
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{config.port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)

@@ -13,7 +13,8 @@ import asyncio
 import json
 import logging
 import os
-from collections.abc import AsyncIterator, Mapping
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -103,6 +104,8 @@ class UpstreamEngine:
         self._client: httpx.AsyncClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.streams = 0
+        # told how long each request took to answer (its headers), or the code it failed with
+        self.observe: Callable[[str, float, str | None], None] | None = None
 
     @property
     def busy(self) -> bool:
@@ -166,20 +169,28 @@ class UpstreamEngine:
         """POST, and wait for the status line: errors here are the whole response's status."""
         client = self._http()
         where = self.config.url
+        started = time.monotonic()
         try:
             request = client.build_request("POST", "/chat/completions", json=body)
             response = await client.send(request, stream=True)
         except httpx.TimeoutException as exc:
+            self._observed(started, "upstream_timeout")
             raise UpstreamError(f"the upstream at {where} did not answer in time",
                                 status=504, code="upstream_timeout") from exc  # fmt: skip
         except httpx.HTTPError as exc:
+            self._observed(started, "upstream_unreachable")
             raise UpstreamError(f"the upstream at {where} cannot be reached: {exc}",
                                 code="upstream_unreachable") from exc  # fmt: skip
+        self._observed(started, None if response.status_code < 400 else str(response.status_code))
         if response.status_code >= 400:
             await response.aread()
             await response.aclose()
             raise _rejection(response, where)
         return response
+
+    def _observed(self, started: float, code: str | None) -> None:
+        if self.observe is not None:
+            self.observe(self.info.id, time.monotonic() - started, code)
 
     async def generate(self, opened: Opened) -> AsyncIterator[EngineChunk]:
         assert isinstance(opened, UpstreamOpened) and opened.response is not None

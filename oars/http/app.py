@@ -14,21 +14,26 @@ import socket
 import time
 from collections.abc import AsyncIterator
 
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from oars import logs
+from oars.engines.upstream import UpstreamEngine
 from oars.errors import ClientError, EngineError, StoreUnavailable
 from oars.http import conversations, responses
 from oars.http.common import JSON, Shared, error, shared
+from oars.metrics import Metrics, timed_store
 from oars.runs import Runs
 from oars.service import ResponsesService
 from oars.store import Store
 
 log = logging.getLogger("oars.http")
+access = logging.getLogger("oars.access")
 
 
 async def list_models(request: Request) -> Response:
@@ -44,6 +49,10 @@ async def health(request: Request) -> Response:
     busy = {model: engine.busy for model, engine in service.engines.items()}
     return JSON({"status": "ok", "model": service.default_model, "busy": any(busy.values()),
                  "models": busy, "running": len(oars.runs.active)})  # fmt: skip
+
+
+async def metrics(request: Request) -> Response:
+    return Response(shared(request).metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
 
 async def _client_error(request: Request, exc: Exception) -> Response:
@@ -100,6 +109,7 @@ ROUTES = [
     ),
     Route("/v1/models", list_models, methods=["GET"]),
     Route("/health", health, methods=["GET"]),
+    Route("/metrics", metrics, methods=["GET"]),
 ]
 
 
@@ -114,7 +124,14 @@ def default_replica(port: int | None = None) -> str:
 def create_app(service: ResponsesService, store: Store | None = None, *,
                replica: str | None = None, lease_seconds: float = 10.0) -> Starlette:  # fmt: skip
     """`store` None: nothing is kept (`store` is echoed false; stored-state endpoints 404)."""
-    runs = Runs(service, store, replica=replica or default_replica(), lease_seconds=lease_seconds)
+    metrics = Metrics()
+    store = timed_store(store, metrics) if store is not None else None
+    runs = Runs(service, store, replica=replica or default_replica(), lease_seconds=lease_seconds,
+                metrics=metrics)  # fmt: skip
+    metrics.load = runs.load
+    for engine in service.engines.values():
+        if isinstance(engine, UpstreamEngine):
+            engine.observe = metrics.upstream_reply
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -131,25 +148,59 @@ def create_app(service: ResponsesService, store: Store | None = None, *,
                 StoreUnavailable: _store_error, HTTPException: _http_error,
                 Exception: _server_error}  # fmt: skip
     app = Starlette(routes=ROUTES, exception_handlers=handlers, lifespan=lifespan)  # type: ignore[arg-type]
-    app.state.oars = Shared(service, runs, store, int(time.time()))
-    app.add_middleware(RequestId)
+    app.state.oars = Shared(service, runs, store, int(time.time()), metrics)
+    app.add_middleware(Observed, metrics=metrics)
     return app
 
 
-class RequestId:
-    """Plain ASGI middleware (streams pass untouched): an `x-request-id` on every response."""
+class Observed:
+    """Plain ASGI middleware (streams pass untouched): every response gets an `x-request-id`
+    (the client's own when it sent a sane one), every request is counted and timed by route,
+    and logged once it has ended."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app, self.metrics = app, metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        request_id = f"req_{secrets.token_hex(12)}".encode()
+        rid = _client_request_id(scope) or f"req_{secrets.token_hex(12)}"
+        token = logs.request_id.set(rid)
+        started, status = time.monotonic(), 500
 
-        async def send_with_id(message: Message) -> None:
+        async def send_observed(message: Message) -> None:
+            nonlocal status
             if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", []), (b"x-request-id", request_id)]
+                status = message["status"]
+                message["headers"] = [*message.get("headers", []), (b"x-request-id", rid.encode())]
             await send(message)
 
-        await self.app(scope, receive, send_with_id)
+        try:
+            await self.app(scope, receive, send_observed)
+        finally:
+            seconds = time.monotonic() - started
+            method, path = scope["method"], scope["path"]
+            self.metrics.request_done(method, _route_of(scope), status, seconds)
+            access.info("%s %s %d %.0f ms", method, path[:200], status, seconds * 1000,
+                        extra={"method": method, "path": path[:200], "status": status,
+                               "duration_ms": round(seconds * 1000, 1)})  # fmt: skip
+            logs.request_id.reset(token)
+
+
+def _client_request_id(scope: Scope) -> str | None:
+    """A request id the client chose: kept when it is 1-200 visible ASCII characters."""
+    for name, value in scope["headers"]:
+        if name == b"x-request-id":
+            if 0 < len(value) <= 200 and all(0x21 <= b <= 0x7E for b in value):
+                return str(value.decode("ascii"))
+            return None
+    return None
+
+
+def _route_of(scope: Scope) -> str:
+    """The route's path template (bounded label values); `other` for paths no route has."""
+    for route in ROUTES:
+        match, _ = route.matches(scope)
+        if match is not Match.NONE:
+            return route.path
+    return "other"

@@ -11,6 +11,7 @@ from starlette.responses import JSONResponse
 
 from oars.errors import InvalidRequest, NotFound
 from oars.ids import is_id
+from oars.metrics import Metrics
 from oars.runs import Runs
 from oars.service import ResponsesService
 from oars.store import Page, Store
@@ -24,6 +25,7 @@ class Shared:
     runs: Runs
     store: Store | None
     started: int
+    metrics: Metrics
 
 
 class JSON(JSONResponse):

@@ -1,0 +1,198 @@
+"""Prometheus metrics, kept as plain numbers and rendered only when `/metrics` is scraped.
+
+Every figure is changed on the event loop's thread (the HTTP middleware, the runs' producers,
+the store and upstream calls), so an update is a dictionary write: no lock per token, no
+allocation beyond the first of each label set. `prometheus_client` turns the numbers into its
+text format at scrape time, from a registry of the app's own (several apps share a test process).
+"""
+
+from __future__ import annotations
+
+import bisect
+import inspect
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+
+from oars.store import Store
+
+Labels = tuple[str, ...]
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+TOKEN_GAP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56)
+
+
+@dataclass
+class Histogram:
+    """Counts per bucket (not cumulative until rendered) and a sum, for each label set."""
+
+    bounds: Sequence[float]
+    counts: dict[Labels, list[int]] = field(default_factory=dict)
+    sums: dict[Labels, float] = field(default_factory=lambda: defaultdict(float))
+
+    def observe(self, labels: Labels, value: float) -> None:
+        counts = self.counts.get(labels)
+        if counts is None:
+            counts = self.counts[labels] = [0] * (len(self.bounds) + 1)
+        counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.sums[labels] += value
+
+    def family(self, name: str, doc: str, label_names: Sequence[str]) -> HistogramMetricFamily:
+        family = HistogramMetricFamily(name, doc, labels=label_names)
+        for labels, counts in self.counts.items():
+            running, buckets = 0, []
+            for bound, count in zip([*map(str, self.bounds), "+Inf"], counts, strict=True):
+                running += count
+                buckets.append((bound, running))
+            family.add_metric(list(labels), buckets, self.sums[labels])
+        return family
+
+
+class Metrics:
+    """What oars counts. `load` is read at scrape time: model → (running, queued)."""
+
+    def __init__(self, load: Callable[[], dict[str, tuple[int, int]]] | None = None) -> None:
+        self.load = load
+        self.requests: dict[Labels, int] = defaultdict(int)  # (method, route, status)
+        self.request_seconds = Histogram(LATENCY_BUCKETS)  # (method, route)
+        self.responses: dict[Labels, int] = defaultdict(int)  # (model, status)
+        self.tokens: dict[Labels, int] = defaultdict(int)  # (model, kind)
+        self.first_token_seconds = Histogram(LATENCY_BUCKETS)  # (model,)
+        self.token_gap_seconds = Histogram(TOKEN_GAP_BUCKETS)  # (model,)
+        self.store_seconds = Histogram(LATENCY_BUCKETS)  # (operation,)
+        self.upstream_seconds = Histogram(LATENCY_BUCKETS)  # (model,) to the first byte
+        self.upstream_errors: dict[Labels, int] = defaultdict(int)  # (model, code)
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_Collector(self))  # type: ignore[arg-type]
+
+    # ---- what the server reports --------------------------------------------------------
+
+    def request_done(self, method: str, route: str, status: int, seconds: float) -> None:
+        self.requests[(method, route, str(status))] += 1
+        self.request_seconds.observe((method, route), seconds)
+
+    def response_done(self, model: str, status: str, usage: dict[str, Any] | None) -> None:
+        self.responses[(model, status)] += 1
+        if not usage:
+            return
+        details = usage.get("input_tokens_details") or {}
+        self.tokens[(model, "input")] += usage.get("input_tokens", 0)
+        self.tokens[(model, "cached")] += details.get("cached_tokens", 0)
+        self.tokens[(model, "output")] += usage.get("output_tokens", 0)
+
+    def store_call(self, operation: str, seconds: float) -> None:
+        self.store_seconds.observe((operation,), seconds)
+
+    def upstream_reply(self, model: str, seconds: float, code: str | None = None) -> None:
+        """An upstream answered (its headers) or failed before answering (`code`)."""
+        if code is None:
+            self.upstream_seconds.observe((model,), seconds)
+        else:
+            self.upstream_errors[(model, code)] += 1
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class TokenClock:
+    """One response's time to first token and the gaps between the tokens after it."""
+
+    def __init__(self, metrics: Metrics, model: str) -> None:
+        self.metrics, self.labels = metrics, (model,)
+        self.started = self.last = self.first_at = time.monotonic()
+        self.first = True
+
+    def tokens(self, count: int) -> None:
+        if count <= 0:
+            return
+        now = time.monotonic()
+        if self.first:
+            self.metrics.first_token_seconds.observe(self.labels, now - self.started)
+            self.first, self.first_at = False, now
+        else:
+            gap = (now - self.last) / count
+            for _ in range(count):
+                self.metrics.token_gap_seconds.observe(self.labels, gap)
+        self.last = now
+
+
+def _counter(name: str, doc: str, label_names: Sequence[str],
+             values: dict[Labels, int]) -> CounterMetricFamily:  # fmt: skip
+    family = CounterMetricFamily(name, doc, labels=label_names)
+    for labels, value in values.items():
+        family.add_metric(list(labels), value)
+    return family
+
+
+class _Collector:
+    def __init__(self, metrics: Metrics) -> None:
+        self.m = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        m = self.m
+        yield _counter("oars_requests", "HTTP requests by route and status.",
+                       ["method", "route", "status"], m.requests)  # fmt: skip
+        yield m.request_seconds.family("oars_request_duration_seconds",
+                                       "Time to the end of an HTTP response (a stream's last byte).",
+                                       ["method", "route"])  # fmt: skip
+        yield _counter("oars_responses", "Responses by the status they ended with.",
+                       ["model", "status"], m.responses)  # fmt: skip
+        yield _counter("oars_tokens", "Input, cached input and output tokens of ended responses.",
+                       ["model", "kind"], m.tokens)  # fmt: skip
+        yield m.first_token_seconds.family("oars_time_to_first_token_seconds",
+                                           "From accepting a request to its first output token.",
+                                           ["model"])  # fmt: skip
+        yield m.token_gap_seconds.family("oars_inter_token_latency_seconds",
+                                         "Time between output tokens of one response.", ["model"])  # fmt: skip
+        yield m.store_seconds.family("oars_store_duration_seconds",
+                                     "Time of one store operation.", ["operation"])  # fmt: skip
+        yield m.upstream_seconds.family("oars_upstream_first_byte_seconds",
+                                        "From sending a request upstream to its response headers.",
+                                        ["model"])  # fmt: skip
+        yield _counter("oars_upstream_errors", "Upstream requests that failed before answering.",
+                       ["model", "code"], m.upstream_errors)  # fmt: skip
+        running = GaugeMetricFamily("oars_generations_running", "Generations producing tokens.",
+                                    labels=["model"])  # fmt: skip
+        queued = GaugeMetricFamily("oars_generations_queued",
+                                   "Generations accepted and waiting for the engine.",
+                                   labels=["model"])  # fmt: skip
+        for model, (now, waiting) in (m.load() if m.load else {}).items():
+            running.add_metric([model], now)
+            queued.add_metric([model], waiting)
+        yield running
+        yield queued
+
+
+class TimedStore:
+    """A store whose every call is timed (`oars_store_duration_seconds`, by operation)."""
+
+    def __init__(self, store: Store, metrics: Metrics) -> None:
+        self.inner, self.metrics = store, metrics
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        if not inspect.iscoroutinefunction(attr):
+            return attr
+
+        async def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.monotonic()
+            try:
+                return await attr(*args, **kwargs)
+            finally:
+                self.metrics.store_call(name, time.monotonic() - started)
+
+        return timed
+
+
+def timed_store(store: Store, metrics: Metrics) -> Store:
+    return cast(Store, TimedStore(store, metrics))
