@@ -18,15 +18,16 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Match, Route
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from oars import logs
+from oars import api, logs
 from oars.engines.upstream import UpstreamEngine
 from oars.errors import ClientError, EngineError, StoreUnavailable
-from oars.http import conversations, responses
+from oars.http import conversations, pages, responses
 from oars.http.common import JSON, Shared, error, shared
+from oars.http.openapi import Endpoint, Param, docs_page, document_bytes
 from oars.metrics import Metrics, timed_store
 from oars.runs import Runs
 from oars.service import ResponsesService
@@ -38,21 +39,31 @@ access = logging.getLogger("oars.access")
 
 async def list_models(request: Request) -> Response:
     oars = shared(request)
-    models = [{"id": model, "object": "model", "created": oars.started,
-               "owned_by": engine.info.owned_by} for model, engine in oars.service.engines.items()]  # fmt: skip
-    return JSON({"object": "list", "data": models})
+    models = [api.Model(id=model, object="model", created=oars.started,
+                        owned_by=engine.info.owned_by)
+              for model, engine in oars.service.engines.items()]  # fmt: skip
+    return JSON(api.ModelList(object="list", data=models).model_dump())
 
 
 async def health(request: Request) -> Response:
     oars = shared(request)
     service = oars.service
     busy = {model: engine.busy for model, engine in service.engines.items()}
-    return JSON({"status": "ok", "model": service.default_model, "busy": any(busy.values()),
-                 "models": busy, "running": len(oars.runs.active)})  # fmt: skip
+    body = api.Health(status="ok", model=service.default_model, busy=any(busy.values()),
+                      models=busy, running=len(oars.runs.active))  # fmt: skip
+    return JSON(body.model_dump())
 
 
 async def metrics(request: Request) -> Response:
     return Response(shared(request).metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+
+async def openapi_json(request: Request) -> Response:
+    return Response(document_bytes(ENDPOINTS), media_type="application/json")
+
+
+async def docs(request: Request) -> Response:
+    return HTMLResponse(docs_page(ENDPOINTS))
 
 
 async def _client_error(request: Request, exc: Exception) -> Response:
@@ -84,33 +95,70 @@ async def _server_error(request: Request, exc: Exception) -> Response:
     return error(500, "internal server error", "server_error", "server_error")
 
 
-ROUTES = [
-    Route("/v1/responses", responses.create, methods=["POST"]),
-    Route("/v1/responses/input_tokens", responses.input_tokens, methods=["POST"]),
-    Route("/v1/responses/{response_id}", responses.retrieve, methods=["GET"]),
-    Route("/v1/responses/{response_id}", responses.delete, methods=["DELETE"]),
-    Route("/v1/responses/{response_id}/cancel", responses.cancel, methods=["POST"]),
-    Route("/v1/responses/{response_id}/input_items", responses.input_items, methods=["GET"]),
-    Route("/v1/conversations", conversations.create, methods=["POST"]),
-    Route("/v1/conversations/{conversation_id}", conversations.retrieve, methods=["GET"]),
-    Route("/v1/conversations/{conversation_id}", conversations.update, methods=["POST"]),
-    Route("/v1/conversations/{conversation_id}", conversations.delete, methods=["DELETE"]),
-    Route("/v1/conversations/{conversation_id}/items", conversations.list_items, methods=["GET"]),
-    Route("/v1/conversations/{conversation_id}/items", conversations.add_items, methods=["POST"]),
-    Route(
-        "/v1/conversations/{conversation_id}/items/{item_id}",
-        conversations.get_item,
-        methods=["GET"],
-    ),
-    Route(
-        "/v1/conversations/{conversation_id}/items/{item_id}",
-        conversations.delete_item,
-        methods=["DELETE"],
-    ),
-    Route("/v1/models", list_models, methods=["GET"]),
-    Route("/health", health, methods=["GET"]),
-    Route("/metrics", metrics, methods=["GET"]),
-]
+_PAGE = [Param("after", "query", {"type": "string"}, "list after this id"),
+         Param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 100}),
+         Param("order", "query", {"type": "string", "enum": ["asc", "desc"]})]  # fmt: skip
+_INCLUDE = Param("include[]", "query", {"type": "array", "items": {"type": "string"}},
+                 "extra fields to include, e.g. reasoning.encrypted_content")  # fmt: skip
+_RETRIEVE = [_INCLUDE,
+             Param("stream", "query", {"type": "boolean"}, "replay the response's events"),
+             Param("starting_after", "query", {"type": "integer", "minimum": -1},
+                   "with stream: the sequence number to resume after")]  # fmt: skip
+_CONVERSATION_ITEM = "/v1/conversations/{conversation_id}/items/{item_id}"
+R, C, OPS = "responses", "conversations", "operator"
+
+ENDPOINTS = (
+    Endpoint("POST", "/v1/responses", responses.create, "Create a response (streamed when "
+             "`stream` is true)", R, api.ResponseCreateParams, api.Response, streams=True),
+    Endpoint("POST", "/v1/responses/input_tokens", responses.input_tokens,
+             "Count a request's input tokens", R, api.InputTokenCountParams,
+             api.InputTokenCountResponse),
+    Endpoint("GET", "/v1/responses/{response_id}", responses.retrieve,
+             "Retrieve a stored response, or replay its events", R, returns=api.Response,
+             streams=True, query=_RETRIEVE),
+    Endpoint("DELETE", "/v1/responses/{response_id}", responses.delete,
+             "Delete a stored response", R, returns=api.ResponseDeleted),
+    Endpoint("POST", "/v1/responses/{response_id}/cancel", responses.cancel,
+             "Cancel a background response", R, returns=api.Response),
+    Endpoint("GET", "/v1/responses/{response_id}/input_items", responses.input_items,
+             "List a stored response's input items", R, returns=api.ResponseItemList,
+             query=[*_PAGE, _INCLUDE]),
+    Endpoint("POST", "/v1/conversations", conversations.create, "Create a conversation", C,
+             api.ConversationCreateParams, api.Conversation),
+    Endpoint("GET", "/v1/conversations/{conversation_id}", conversations.retrieve,
+             "Retrieve a conversation", C, returns=api.Conversation),
+    Endpoint("POST", "/v1/conversations/{conversation_id}", conversations.update,
+             "Update a conversation's metadata", C, api.ConversationUpdateParams,
+             api.Conversation),
+    Endpoint("DELETE", "/v1/conversations/{conversation_id}", conversations.delete,
+             "Delete a conversation", C, returns=api.ConversationDeletedResource),
+    Endpoint("GET", "/v1/conversations/{conversation_id}/items", conversations.list_items,
+             "List a conversation's items", C, returns=api.ConversationItemList, query=_PAGE),
+    Endpoint("POST", "/v1/conversations/{conversation_id}/items", conversations.add_items,
+             "Add items to a conversation", C, api.ItemCreateParams, api.ConversationItemList),
+    Endpoint("GET", _CONVERSATION_ITEM, conversations.get_item, "Retrieve a conversation item",
+             C, returns=api.ConversationItem),
+    Endpoint("DELETE", _CONVERSATION_ITEM, conversations.delete_item,
+             "Delete a conversation item", C, returns=api.Conversation),
+    Endpoint("GET", "/v1/models", list_models, "List the models served", OPS,
+             returns=api.ModelList),
+    Endpoint("GET", "/health", health, "Liveness, and which models are generating", OPS,
+             returns=api.Health),
+    Endpoint("GET", "/metrics", metrics, "Prometheus metrics", OPS,
+             returns="text/plain; version=0.0.4"),
+    Endpoint("GET", "/openapi.json", openapi_json, "This document", OPS,
+             returns="application/json"),
+    Endpoint("GET", "/docs", docs, "This document as a page", OPS, returns="text/html"),
+    Endpoint("GET", "/", pages.playground, "The playground page", OPS, returns="text/html"),
+    Endpoint("GET", "/static/{name}", pages.static, "The playground's files", OPS,
+             returns="*/*"),
+    Endpoint("GET", "/oars/responses", pages.recent, "The latest stored responses "
+             "(for the playground)", OPS, returns=api.ResponseList,
+             query=[Param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 100})]),
+    Endpoint("POST", "/oars/validate", pages.validate, "The stream validator's verdict on a "
+             "stream of server-sent events", OPS, "text/event-stream", api.ValidationReport),
+)  # fmt: skip
+ROUTES = [endpoint.route() for endpoint in ENDPOINTS]
 
 
 def default_replica(port: int | None = None) -> str:

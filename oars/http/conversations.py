@@ -39,6 +39,14 @@ async def _body(request: Request) -> dict[str, Any]:
     return body
 
 
+def _wire(item: dict[str, Any]) -> dict[str, Any]:
+    """A conversation's message as OpenAI lists it: with its status (what was added to a
+    conversation is complete)."""
+    if item.get("type") == "message" and "status" not in item:
+        return {**item, "status": "completed"}
+    return item
+
+
 def _missing(conversation_id: str) -> NotFound:
     return NotFound(f"Conversation with id '{conversation_id}' not found.",
                     param="conversation_id")  # fmt: skip
@@ -86,7 +94,7 @@ async def list_items(request: Request) -> Response:
     page = await store_of(request).conversation_items(conversation_id, **list_page(request))
     if page is None:
         raise _missing(conversation_id)
-    return JSON(page_wire(page))
+    return JSON(page_wire(Page([_wire(i) for i in page.items], page.has_more)))
 
 
 async def add_items(request: Request) -> Response:
@@ -94,7 +102,7 @@ async def add_items(request: Request) -> Response:
     items = _items(await _body(request), required=True)
     if not await store_of(request).add_conversation_items(conversation_id, items):
         raise _missing(conversation_id)
-    return JSON(page_wire(Page(list(items), False)))
+    return JSON(page_wire(Page([_wire(i) for i in items], False)))
 
 
 async def get_item(request: Request) -> Response:
@@ -106,7 +114,7 @@ async def get_item(request: Request) -> Response:
     if item is None:
         raise NotFound(f"Item with id '{item_id}' not found in conversation "
                        f"'{conversation_id}'.", param="item_id")  # fmt: skip
-    return JSON(item)
+    return JSON(_wire(item))
 
 
 async def delete_item(request: Request) -> Response:

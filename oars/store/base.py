@@ -99,6 +99,10 @@ class Store(Protocol):
 
     async def delete(self, response_id: str) -> bool: ...
 
+    async def recent(self, *, limit: int) -> list[Json]:
+        """The latest responses' snapshots, newest first."""
+        ...
+
     async def input_items(self, response_id: str, *, after: str | None, limit: int,
                           order: str) -> Page | None: ...  # fmt: skip
 

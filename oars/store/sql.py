@@ -180,6 +180,14 @@ class SqlStore:
                               cancel_requested=row.cancel_requested)  # fmt: skip
 
     @_guard
+    async def recent(self, *, limit: int) -> list[Json]:
+        query = (select(responses.c.snapshot)
+                 .order_by(responses.c.created_at.desc(), responses.c.id.desc()).limit(limit))  # fmt: skip
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(query)).all()
+        return [json.loads(row.snapshot) for row in rows]
+
+    @_guard
     async def delete(self, response_id: str) -> bool:
         async with self.engine.begin() as conn:
             gone = await conn.execute(delete(responses).where(responses.c.id == response_id))

@@ -1,0 +1,137 @@
+"""/openapi.json: valid OpenAPI 3.1, every route in it, and the server's answers match it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from fnmatch import fnmatch
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from jsonschema import Draft202012Validator
+from openapi_spec_validator import validate
+
+from oars.http import create_app
+from oars.service import ResponsesService
+from oars.store import SqlStore
+from oars.testing import ScriptedEngine
+from oars.validator import parse_sse
+
+
+def _app(tmp_path: Path) -> Any:
+    return create_app(ResponsesService(ScriptedEngine()), SqlStore(str(tmp_path / "o.db")))
+
+
+async def _calls(app: Any) -> tuple[dict[str, Any], list[tuple[str, str, httpx.Response]]]:
+    """Every route called once or more: (method, route path, answer)."""
+    answers: list[tuple[str, str, httpx.Response]] = []
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+            doc = (await c.get("/openapi.json")).json()
+
+            async def call(method: str, route: str, path: str | None = None,
+                           **kw: Any) -> httpx.Response:  # fmt: skip
+                r = await c.request(method, path or route, **kw)
+                answers.append((method, route, r))
+                return r
+
+            created = await call(
+                "POST", "/v1/responses", json={"model": "m", "input": "hi", "store": True}
+            )
+            rid = created.json()["id"]
+            one = "/v1/responses/{response_id}"
+            await call("POST", "/v1/responses", json={"model": "m", "input": "hi", "stream": True})
+            await call("POST", "/v1/responses", json={"model": "m", "input": 5})
+            await call("POST", "/v1/responses/input_tokens", json={"model": "m", "input": "hi"})
+            await call("GET", one, f"/v1/responses/{rid}")
+            await call("GET", one, "/v1/responses/resp_0123456789abcdef0123")
+            await call("GET", f"{one}/input_items", f"/v1/responses/{rid}/input_items")
+            await call("POST", f"{one}/cancel", f"/v1/responses/{rid}/cancel")
+            await call("DELETE", one, f"/v1/responses/{rid}")
+            conv = await call("POST", "/v1/conversations",
+                              json={"items": [{"role": "user", "content": "hi"}]})  # fmt: skip
+            cid = conv.json()["id"]
+            base = "/v1/conversations/{conversation_id}"
+            await call("GET", base, f"/v1/conversations/{cid}")
+            await call("POST", base, f"/v1/conversations/{cid}", json={"metadata": {"a": "b"}})
+            items = await call("GET", f"{base}/items", f"/v1/conversations/{cid}/items")
+            await call("POST", f"{base}/items", f"/v1/conversations/{cid}/items",
+                       json={"items": [{"role": "user", "content": "more"}]})  # fmt: skip
+            iid = items.json()["data"][0]["id"]
+            item = f"{base}/items/{{item_id}}"
+            await call("GET", item, f"/v1/conversations/{cid}/items/{iid}")
+            await call("DELETE", item, f"/v1/conversations/{cid}/items/{iid}")
+            await call("DELETE", base, f"/v1/conversations/{cid}")
+            for route in ("/v1/models", "/health", "/metrics", "/docs", "/", "/oars/responses"):
+                await call("GET", route)
+            await call("GET", "/static/{name}", "/static/playground.js")
+            await call("GET", "/static/{name}", "/static/..%2Foars.db")
+            await call("POST", "/oars/validate", content=answers[1][2].text)
+    return doc, answers
+
+
+def _schema(doc: dict[str, Any], schema: dict[str, Any]) -> Draft202012Validator:
+    return Draft202012Validator({**schema, "components": doc["components"]})
+
+
+def test_the_document_is_openapi_3_1_and_has_every_route(tmp_path: Path) -> None:
+    app = _app(tmp_path)
+    doc, _ = asyncio.run(_calls(app))
+    validate(doc)
+    assert doc["openapi"] == "3.1.0"
+    served = {(m, r.path) for r in app.routes for m in r.methods - {"HEAD"}}
+    documented = {(m.upper(), p) for p, ops in doc["paths"].items() for m in ops}
+    assert served == documented
+    assert len(served) == 23
+
+
+def test_every_answer_matches_the_document(tmp_path: Path) -> None:
+    app = _app(tmp_path)
+    doc, answers = asyncio.run(_calls(app))
+    called = set()
+    for method, route, r in answers:
+        called.add((method, route))
+        op = doc["paths"][route][method.lower()]
+        key = "200" if r.status_code == 200 else f"{str(r.status_code)[0]}XX"
+        assert key in op["responses"], (method, route, r.status_code)
+        content = op["responses"][key].get("content", {})
+        media = r.headers["content-type"].split(";")[0]
+        if media == "text/event-stream":
+            validator = _schema(doc, content[media]["schema"])
+            for _, data in parse_sse(r.text):
+                validator.validate(json.loads(data))
+        elif media == "application/json":
+            _schema(doc, content["application/json"]["schema"]).validate(r.json())
+        else:
+            assert any(fnmatch(media, m.split(";")[0]) for m in content), (route, media)
+    documented = {(m.upper(), p) for p, ops in doc["paths"].items() for m in ops}
+    assert called == documented - {("GET", "/openapi.json")}
+    statuses = {r.status_code for _, _, r in answers}
+    assert {200, 400, 404} <= statuses
+
+
+def test_the_docs_page_and_the_playground_need_nothing_from_elsewhere(tmp_path: Path) -> None:
+    _, answers = asyncio.run(_calls(_app(tmp_path)))
+    pages = {route: r.text for method, route, r in answers if route in ("/docs", "/")}
+    assert "/v1/conversations/{conversation_id}/items/{item_id}" in pages["/docs"]
+    for html in pages.values():
+        for ref in re.findall(r'(?:src|href)="([^"]*)"', html):
+            assert ref.startswith(("/", "#")), ref
+    for html in pages.values():
+        assert "http://" not in html and "https://" not in html
+
+
+@pytest.mark.parametrize("name", ["playground.html", "playground.js", "playground.css"])
+def test_the_playground_files_are_served(tmp_path: Path, name: str) -> None:
+    async def go() -> httpx.Response:
+        app = _app(tmp_path)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+            return await c.get(f"/static/{name}")
+
+    r = asyncio.run(go())
+    assert r.status_code == 200 and len(r.content) > 500
