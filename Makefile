@@ -4,13 +4,13 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: serve test test-fast lint bench pull postgres
+.PHONY: serve test test-fast lint bench pull postgres chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 serve: $(VENV)/.installed-serve  ## set up, pull the default model on first use, serve on 127.0.0.1:8000
 	$(BIN)/oars serve
 
-test: $(VENV)/.installed-test clients/node_modules/.installed postgres  ## set up and run the whole suite (lint, real model, real clients)
+test: $(VENV)/.installed-test clients/node_modules/.installed postgres chromium  ## set up and run the whole suite (lint, real model, real clients)
 	$(BIN)/ruff check oars tests bench
 	$(BIN)/mypy oars tests
 	$(BIN)/oars pull
@@ -35,6 +35,11 @@ pull: $(VENV)/.installed-serve
 postgres:
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { $(SUDO) apt-get update -q && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends postgresql; }
+
+# The playground test drives Debian's headless chromium through its chromedriver.
+chromium:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { $(SUDO) apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends chromium chromium-driver fonts-dejavu-core; }
 
 # Real clients (npm packages) the suite drives; installed into clients/, nothing global.
 clients/node_modules/.installed: clients/package.json clients/package-lock.json

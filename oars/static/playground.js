@@ -29,7 +29,12 @@ function requestBody(input) {
   const instructions = $("instructions").value.trim();
   if (instructions) body.instructions = instructions;
   if (previousId) body.previous_response_id = previousId;
-  if ($("tool").checked) body.tools = [DEMO_TOOL];
+  if ($("tool").checked) {
+    body.tools = [DEMO_TOOL];
+    // after a tool's output the model answers in words, whatever the choice was
+    const afterOutput = Array.isArray(input);
+    body.tool_choice = afterOutput ? "auto" : $("tool_choice").value;
+  }
   const schema = $("schema").value.trim();
   if (schema) {
     body.text = { format: { type: "json_schema", name: "answer", schema: JSON.parse(schema), strict: true } };
