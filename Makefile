@@ -7,8 +7,24 @@ BIN := $(VENV)/bin
 .PHONY: serve test test-fast lint bench pull postgres chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-serve: $(VENV)/.installed-serve  ## set up, pull the default model on first use, serve on 127.0.0.1:8000
+# GPU=cuda|metal|vulkan rebuilds the engine with that ggml backend (its toolkit must be installed:
+# CUDA's nvcc, Xcode on macOS, or the Vulkan SDK's headers and glslc); oars then offloads every layer.
+GPU ?=
+GPU_CMAKE_cuda := -DGGML_CUDA=on
+GPU_CMAKE_metal := -DGGML_METAL=on
+GPU_CMAKE_vulkan := -DGGML_VULKAN=on
+LLAMA_CPP_PYTHON := llama-cpp-python==0.3.36
+SERVE_STAMP := $(VENV)/.installed-serve$(if $(GPU),-$(GPU))
+
+serve: $(SERVE_STAMP)  ## set up, pull the default model on first use, serve on 127.0.0.1:8000
 	$(BIN)/oars serve
+
+$(VENV)/.installed-serve-%: $(VENV)/.installed-serve
+	@test -n "$(GPU_CMAKE_$*)" || { echo "GPU=$* is not one of cuda, metal, vulkan"; exit 1; }
+	CMAKE_ARGS="$(GPU_CMAKE_$*)" FORCE_CMAKE=1 $(BIN)/pip install -q --force-reinstall --no-deps \
+		--no-binary llama-cpp-python --no-cache-dir '$(LLAMA_CPP_PYTHON)'
+	rm -f $(VENV)/.installed-serve-*
+	touch $@
 
 test: $(VENV)/.installed-test clients/node_modules/.installed postgres chromium  ## set up and run the whole suite (lint, real model, real clients)
 	$(BIN)/ruff check oars tests bench

@@ -20,6 +20,11 @@ def _env(name: str, default: str) -> str:
     return os.environ.get(f"OARS_{name}", default)
 
 
+def _env_int(name: str) -> int | None:
+    value = os.environ.get(f"OARS_{name}")
+    return int(value) if value else None
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="oars", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -27,8 +32,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--model",
         default=_env("MODEL", "") or None,
-        help="a GGUF file, or 'default' for the built-in model (pulled on first use); the "
-        "default without --upstream",
+        help="a GGUF file, a model in the cache by name (`oars models`), or 'default' for the "
+        "built-in model (pulled on first use); the default without --upstream",
     )
     serve.add_argument(
         "--upstream",
@@ -51,6 +56,9 @@ def _parser() -> argparse.ArgumentParser:
         "--ctx", type=int, default=int(_env("CTX", "16384")), help="context window in tokens"
     )
     serve.add_argument("--threads", type=int, default=None)
+    serve.add_argument("--gpu-layers", type=int, default=_env_int("GPU_LAYERS"),
+                       help="layers to offload to a GPU (-1: all; default: all when the engine "
+                       "was built with a GPU backend, `make serve GPU=cuda|metal|vulkan`)")  # fmt: skip
     serve.add_argument(
         "--tool-format",
         choices=CALL_FORMATS,
@@ -77,7 +85,16 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", default=_env("LOG_LEVEL", "info"))
     serve.add_argument("--log-format", choices=("text", "json"), default=_env("LOG_FORMAT", "text"),
                        help="text lines, or one JSON object per line")  # fmt: skip
-    sub.add_parser("pull", help="download and verify the default model")
+    pull = sub.add_parser("pull", help="download and verify a model into the cache")
+    pull.add_argument(
+        "ref",
+        nargs="?",
+        default=None,
+        help="a GGUF URL or hf://OWNER/REPO/FILE.gguf (default: the default model)",
+    )
+    pull.add_argument("--sha256", default=None, help="the file's expected sha256")
+    pull.add_argument("--quiet", action="store_true", help="no progress bar")
+    sub.add_parser("models", help="list the models in the cache")
     check = sub.add_parser("check", help="run the protocol battery against any Responses server")
     check.add_argument("url", help="the server's base URL, e.g. http://127.0.0.1:8000/v1")
     check.add_argument("--model", required=True)
@@ -107,13 +124,16 @@ def _serve(args: argparse.Namespace) -> None:
     upstreams = _upstreams(args)
     engines: dict[str, Engine] = {}
     if args.model is not None or not upstreams:
+        from oars.engines.devices import describe, gpu_layers
         from oars.engines.llama import LlamaEngine
 
-        path, model_id = args.model, args.model_id
-        if path in (None, "default"):
+        path, model_id = _model_file(args.model), args.model_id
+        if path is None:
             path, model_id = pull(), model_id or DEFAULT_MODEL.name
-        engine = LlamaEngine(Path(path), model_id=model_id, n_ctx=args.ctx,
-                             n_threads=args.threads, tool_format=args.tool_format)  # fmt: skip
+        layers = gpu_layers(args.gpu_layers)
+        engine = LlamaEngine(Path(path), model_id=model_id, n_ctx=args.ctx, n_threads=args.threads,
+                             tool_format=args.tool_format, n_gpu_layers=layers)  # fmt: skip
+        print(f"oars: {engine.info.id}: {describe(layers)}", flush=True)
         engines[engine.info.id] = engine
     for config in upstreams:
         if config.model in engines:
@@ -134,6 +154,45 @@ def _serve(args: argparse.Namespace) -> None:
     # logging is set up above: uvicorn adds none of its own, and oars.access logs requests
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level.lower(),
                 log_config=None, access_log=False)  # fmt: skip
+
+
+def _model_file(model: str | None) -> Path | None:
+    """--model: None for the default model; else a file, or a cached model by name."""
+    from oars.download import cached, find
+    from oars.weights import DEFAULT_MODEL
+
+    if model in (None, "default", DEFAULT_MODEL.name):
+        return None
+    assert model is not None
+    path = Path(model).expanduser()
+    if path.is_file():
+        return path
+    found = find(model)
+    if found is None:
+        names = ", ".join(m.name for m in cached()) or "none"
+        raise SetupError(f"--model {model!r} is neither a file nor a cached model "
+                         f"(cached: {names}; `oars pull URL` adds one)")  # fmt: skip
+    return found
+
+
+def _pull(args: argparse.Namespace) -> None:
+    from oars.download import pull_url, source
+    from oars.weights import pull
+
+    if args.ref is None or args.ref in ("default",):
+        print(pull(quiet=args.quiet))
+    else:
+        print(pull_url(source(args.ref, args.sha256), quiet=args.quiet))
+
+
+def _models() -> None:
+    from oars.download import cached
+
+    models = cached()
+    if not models:
+        print("no models in the cache (`oars pull` fetches the default one)")
+    for model in models:
+        print(f"{model.name:<48} {model.size / 2**20:>9.1f} MiB  {model.path}")
 
 
 def _upstreams(args: argparse.Namespace) -> list[UpstreamConfig]:
@@ -189,9 +248,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "serve":
             _serve(args)
         elif args.command == "pull":
-            from oars.weights import pull
-
-            print(pull())
+            _pull(args)
+        elif args.command == "models":
+            _models()
         elif args.command == "validate":
             return _validate(args)
         elif args.command == "check":

