@@ -539,3 +539,31 @@ def test_the_first_chunk_may_take_longer_than_the_idle_timeout(upstream: Replay)
     response = _final(_stream(upstream.url, {"input": "x"}, idle_timeout=0.3,
                               first_byte_timeout=5.0))  # fmt: skip
     assert response["status"] == "completed"
+
+
+def test_upstream_latency_and_faults_are_in_the_metrics(upstream: Replay) -> None:
+    from tests.fast.test_operator import scrape, value
+
+    upstream.play(Scenario(text_stream(["Hi", " there"]).chunks))
+    dead = f"http://127.0.0.1:{free_port()}/v1"
+    down = UpstreamEngine(UpstreamConfig("down", dead))
+    engines: dict[str, Engine] = {"up": _engine(upstream.url), "down": down}
+    service = ResponsesService(engines, strict_models=True)
+    app = create_app(service)
+
+    async def go() -> str:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t", timeout=30) as c:
+            ok = await c.post("/v1/responses", json={"model": "up", "input": "x"})
+            assert ok.status_code == 200
+            down = await c.post("/v1/responses", json={"model": "down", "input": "x"})
+            assert down.status_code == 502
+            text = (await c.get("/metrics")).text
+        await service.aclose()
+        return text
+
+    m = scrape(asyncio.run(go()))
+    assert value(m, "oars_upstream_first_byte_seconds_count", model="up") == 1
+    assert value(m, "oars_upstream_errors_total", model="down", code="upstream_unreachable") == 1
+    assert value(m, "oars_responses_total", model="up", status="completed") == 1
+    assert value(m, "oars_tokens_total", model="up", kind="output") > 0
