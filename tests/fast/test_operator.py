@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -146,3 +147,43 @@ def test_json_logs_carry_the_request_and_the_response(caplog: pytest.LogCaptureF
     assert access["request_id"] == "trace-7" and access["status"] == 200
     assert access["method"] == "POST" and access["path"] == "/v1/responses"
     assert access["time"].endswith("Z")
+
+
+def test_oars_serve_logs_json_lines(tmp_path: Path) -> None:
+    """The real CLI, in gateway mode (no model needed): every line on stderr is a JSON object,
+    uvicorn's own included, and a response's line carries the client's request id."""
+    import subprocess
+    import sys
+
+    from tests.conftest import free_port
+    from tests.upstream_replay import Replay, text_stream
+
+    port = free_port()
+    with Replay() as upstream:
+        upstream.play(text_stream(["Hi", "!"]))
+        cmd = [sys.executable, "-m", "oars.cli", "serve", "--upstream", f"up={upstream.url}",
+               "--port", str(port), "--store", "none", "--log-format", "json"]  # fmt: skip
+        env = {**os.environ, "OARS_HOME": str(tmp_path)}
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        try:
+            base = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    httpx.get(f"{base}/health", timeout=1)
+                    break
+                except httpx.TransportError:
+                    assert time.monotonic() < deadline and proc.poll() is None
+                    time.sleep(0.1)
+            r = httpx.post(f"{base}/v1/responses", json={"model": "up", "input": "x"},
+                           headers={"x-request-id": "trace-json"}, timeout=30)  # fmt: skip
+            assert r.status_code == 200 and r.headers["x-request-id"] == "trace-json"
+        finally:
+            proc.terminate()
+            _, err = proc.communicate(timeout=20)
+    lines = [json.loads(line) for line in err.decode().splitlines() if line.strip()]
+    assert lines and all({"time", "level", "logger", "message"} <= set(line) for line in lines)
+    assert any(line["logger"].startswith("uvicorn") for line in lines)
+    ended = next(line for line in lines if line.get("response_id") == r.json()["id"])
+    assert ended["request_id"] == "trace-json" and ended["model"] == "up"
+    assert ended["output_tokens"] == 2 and ended["status"] == "completed"
