@@ -82,6 +82,9 @@ def _parser() -> argparse.ArgumentParser:
         default=_env("REPLICA", "") or None,
         help="this replica's name in the store (default: host:port, stable across restarts)",
     )
+    serve.add_argument("--max-body-bytes", type=int,
+                       default=int(_env("MAX_BODY_BYTES", str(64 * 2**20))),
+                       help="largest request body accepted (413 past it; default 64 MiB)")  # fmt: skip
     serve.add_argument("--log-level", default=_env("LOG_LEVEL", "info"))
     serve.add_argument("--log-format", choices=("text", "json"), default=_env("LOG_FORMAT", "text"),
                        help="text lines, or one JSON object per line")  # fmt: skip
@@ -145,7 +148,7 @@ def _serve(args: argparse.Namespace) -> None:
     service = ResponsesService(engines, default_temperature=args.temperature,
                                sealer=Sealer.from_home(home), strict_models=bool(upstreams))  # fmt: skip
     replica = args.replica or default_replica(args.port)
-    app = create_app(service, store, replica=replica)
+    app = create_app(service, store, replica=replica, max_body_bytes=args.max_body_bytes)
     where = "nothing stored" if store is None else f"store {_redacted(spec)}, replica {replica}"
     print(f"oars: serving {', '.join(engines)} on http://{args.host}:{args.port}/v1 ({where})",
           flush=True)  # fmt: skip

@@ -61,6 +61,16 @@ class UpstreamRejected(ClientError):
         self.status, self.type = status, type
 
 
+class TooLarge(ClientError):
+    """The request body is over the server's limit (read no further than the limit)."""
+
+    status = 413
+
+    def __init__(self, limit: int):
+        super().__init__(f"The request body is over this server's limit of {limit} bytes.",
+                         code="request_too_large")  # fmt: skip
+
+
 class NotFound(ClientError):
     status = 404
 

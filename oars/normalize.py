@@ -30,6 +30,9 @@ INCLUDABLE = frozenset(
     }
 )
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
+MAX_MODEL_NAME = 256
+MAX_INPUT_ITEMS = 20_000  # per request (a long agent session has a few thousand)
+MAX_TOOLS = 512  # per request, namespaces counted as one
 ENCRYPTED_REASONING = "reasoning.encrypted_content"
 
 
@@ -407,7 +410,7 @@ def _sampling(body: Mapping[str, Any], default_temperature: float) -> SamplingPa
     if top_p == 0.0:
         raise _fail("Invalid 'top_p': must be greater than 0.", "top_p")
     penalty = _number(body, "repetition_penalty", 0.01, 10.0)
-    seed = _integer(body, "seed", 0)
+    seed = _integer(body, "seed", 0, 2**32 - 1)  # llama.cpp's seeds are 32-bit
     return SamplingParams(
         temperature=default_temperature if temperature is None else temperature,
         top_p=1.0 if top_p is None else top_p,
@@ -492,14 +495,23 @@ def normalize(body: Any, *, served_model: str, default_temperature: float = 1.0,
         raise _fail("The request body must be a JSON object.", "body", "invalid_type")
     state = _state(body, can_store)
     model = _get(body, "model", (str,), "model") or served_model
+    if len(model) > MAX_MODEL_NAME:
+        raise _fail(f"Invalid 'model': a model name is at most {MAX_MODEL_NAME} characters.",
+                    "model")  # fmt: skip
     instructions = _get(body, "instructions", (str,), "instructions")
     if body.get("input") is None:
         raise _fail("Missing required parameter: 'input'.", "input", "missing_required_parameter")
+    if isinstance(body["input"], list) and len(body["input"]) > MAX_INPUT_ITEMS:
+        raise _fail(f"Invalid 'input': {len(body['input'])} items; at most {MAX_INPUT_ITEMS} "
+                    "are allowed in one request.", "input", "too_many_items")  # fmt: skip
     messages = _with_system(_items(body["input"], unseal), instructions)
     with_history = state.previous_response_id is not None or state.conversation_id is not None
     if not messages and not with_history and not _has_reference(body["input"]):
         raise _fail("Invalid 'input': it holds no message to respond to.", "input")
     wire_tools = _get(body, "tools", (list,), "tools") or []
+    if len(wire_tools) > MAX_TOOLS:
+        raise _fail(f"Invalid 'tools': {len(wire_tools)} tools; at most {MAX_TOOLS} are allowed.",
+                    "tools", "too_many_tools")  # fmt: skip
     tool_choice = body.get("tool_choice", "auto")
     toolset = resolve(parse_tools(wire_tools), tool_choice)
     parallel = _get(body, "parallel_tool_calls", (bool,), "parallel_tool_calls")

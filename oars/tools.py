@@ -8,6 +8,7 @@ namespace). Hosted tools (web search, MCP, …) cannot run here: accepted, never
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -87,6 +88,7 @@ def _tool(raw: Mapping[str, Any], param: str, namespace: str | None) -> Tool | N
     if not isinstance(name, str) or not name:
         raise InvalidRequest(f"Missing '{param}.name'.", param=f"{param}.name",
                              code="missing_required_parameter")  # fmt: skip
+    check_name(name, f"{param}.name")
     description = raw.get("description")
     if description is not None and not isinstance(description, str):
         raise InvalidRequest(f"Invalid '{param}.description': expected a string.",
@@ -97,7 +99,8 @@ def _tool(raw: Mapping[str, Any], param: str, namespace: str | None) -> Tool | N
                              param=f"{param}.strict")  # fmt: skip
     description = description or ""
     if kind == "custom":
-        return Tool(name, "custom", description, CUSTOM_SCHEMA, namespace, _custom_grammar(raw))
+        grammar = _custom_grammar(raw, f"{param}.format.definition")
+        return Tool(name, "custom", description, CUSTOM_SCHEMA, namespace, grammar)
     params = raw.get("parameters")
     if params is not None and not isinstance(params, dict):
         raise InvalidRequest(f"Invalid '{param}.parameters': expected a JSON Schema object.",
@@ -105,13 +108,28 @@ def _tool(raw: Mapping[str, Any], param: str, namespace: str | None) -> Tool | N
     return Tool(name, "function", description, params or ANY_OBJECT, namespace)
 
 
-def _custom_grammar(raw: Mapping[str, Any]) -> str | None:
+NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+MAX_GRAMMAR = 65_536  # characters of a custom tool's grammar
+
+
+def check_name(name: str, param: str) -> None:
+    """Tool and namespace names as OpenAI takes them: 1-64 letters, digits, `_` or `-` (the
+    model writes them back, and a long one makes the call grammar explode)."""
+    if not NAME.match(name):
+        raise InvalidRequest(f"Invalid '{param}': {name[:80]!r} is not a valid name; expected 1 "
+                             "to 64 letters, digits, underscores or dashes.", param=param)  # fmt: skip
+
+
+def _custom_grammar(raw: Mapping[str, Any], param: str) -> str | None:
     fmt = raw.get("format")
     if not isinstance(fmt, dict) or fmt.get("type") != "grammar":
         return None
     definition = fmt.get("definition")
     if not isinstance(definition, str):
         return None
+    if len(definition) > MAX_GRAMMAR:
+        raise InvalidRequest(f"Invalid '{param}': the grammar is {len(definition)} characters; "
+                             f"at most {MAX_GRAMMAR} are allowed.", param=param)  # fmt: skip
     if fmt.get("syntax") == "regex":
         return "start: /" + definition.replace("/", "\\/") + "/"
     return definition if fmt.get("syntax") == "lark" else None
@@ -139,7 +157,11 @@ def parse_tools(tools: Sequence[Any]) -> list[Tool]:
     for i, raw in enumerate(tools):
         param = f"tools[{i}]"
         if _typed(raw, param)["type"] == "namespace":
-            namespace = str(raw.get("name") or "")
+            namespace = raw.get("name")
+            if not isinstance(namespace, str):
+                raise InvalidRequest(f"Missing '{param}.name'.", param=f"{param}.name",
+                                     code="missing_required_parameter")  # fmt: skip
+            check_name(namespace, f"{param}.name")
             for j, sub in enumerate(_namespace_members(raw, param)):
                 tool = _tool(sub, f"{param}.tools[{j}]", namespace)
                 if tool is not None:

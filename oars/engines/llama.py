@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import functools
 import logging
 import os
 import queue
@@ -23,7 +24,7 @@ import numpy as np
 
 from oars.chat_template import ChatTemplate
 from oars.engines.base import ModelInfo, Opened
-from oars.engines.grammar import Grammars, TokenMask
+from oars.engines.grammar import BigStackPool, Grammars, TokenMask, big_stack_thread
 from oars.engines.sampler import log_softmax, penalize, sample, top_indices
 from oars.errors import ContextLengthExceeded, EngineError, InvalidRequest
 from oars.family import Constraint, Plan, family_of
@@ -88,11 +89,12 @@ class LlamaEngine:
         self.info = ModelInfo(model_id or path.stem, context_length=n_ctx)
         self.grammars = Grammars(self._vocab, self.n_vocab)
         self._markers = self._single_tokens(self.family.markers)
+        self._longest_token = max(len(self.token_bytes(t)) for t in range(self.n_vocab))
         self.busy = False
         self._opening_bans: dict[tuple[str, ...], np.ndarray] = {}
         self._jobs: queue.Queue[_Job] = queue.Queue()
-        self._worker = threading.Thread(target=self._serve, name="oars-engine", daemon=True)
-        self._worker.start()
+        self._prepare_pool = BigStackPool(max_workers=2, thread_name_prefix="oars-prepare")
+        self._worker = big_stack_thread(self._serve, "oars-engine")
 
     def _single_tokens(self, texts: frozenset[str]) -> frozenset[int]:
         ids = (self.llm.tokenize(t.encode(), add_bos=False, special=True) for t in texts)
@@ -104,12 +106,18 @@ class LlamaEngine:
     # ---- Engine protocol ----------------------------------------------------------------
 
     async def open(self, request: EngineRequest) -> Opened:
-        return await asyncio.to_thread(self.prepare, request)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._prepare_pool, self.prepare, request)
 
     async def count_tokens(self, request: EngineRequest) -> int:
-        return len((await asyncio.to_thread(self.prepare, request, compile=False)).prompt_tokens)
+        loop = asyncio.get_running_loop()
+        prepared = await loop.run_in_executor(
+            self._prepare_pool, functools.partial(self.prepare, request, compile=False)
+        )
+        return len(prepared.prompt_tokens)
 
     def prepare(self, request: EngineRequest, *, compile: bool = True) -> Prepared:
+        self._surely_fits(request)
         plan = self.family.plan(request)
         messages = [m.to_template() for m in request.messages]
         offered = plan.tools.offered if plan.tools.mode != "none" else ()
@@ -129,6 +137,20 @@ class LlamaEngine:
         in_reasoning = self.family.starts_in_reasoning(prompt)
         parser = self.family.parser(plan.tools, in_reasoning=in_reasoning)
         return Prepared(request, parser, prompt, tokens, plan, grammar)
+
+    def _surely_fits(self, request: EngineRequest) -> None:
+        """Refuse at once what cannot fit, before rendering and tokenizing it (which takes
+        minutes for 100,000 messages or 50 MB of text): every message is at least one token,
+        and no token spells more than `_longest_token` bytes."""
+        count = len(request.messages)
+        size = sum(len(m.content) for m in request.messages)  # characters: each ≥ 1 byte
+        at_least = max(count, size // self._longest_token)
+        if at_least >= self.n_ctx:
+            raise ContextLengthExceeded(
+                f"The input is at least {at_least} tokens ({count} messages, {size} characters), "
+                f"which leaves no room in this model's context window of {self.n_ctx} tokens. "
+                "Shorten the input."
+            )
 
     def _grammar(self, constraint: Constraint) -> str:
         try:

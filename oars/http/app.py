@@ -170,7 +170,8 @@ def default_replica(port: int | None = None) -> str:
 
 
 def create_app(service: ResponsesService, store: Store | None = None, *,
-               replica: str | None = None, lease_seconds: float = 10.0) -> Starlette:  # fmt: skip
+               replica: str | None = None, lease_seconds: float = 10.0,
+               max_body_bytes: int = 64 * 2**20) -> Starlette:  # fmt: skip
     """`store` None: nothing is kept (`store` is echoed false; stored-state endpoints 404)."""
     metrics = Metrics()
     store = timed_store(store, metrics) if store is not None else None
@@ -196,7 +197,7 @@ def create_app(service: ResponsesService, store: Store | None = None, *,
                 StoreUnavailable: _store_error, HTTPException: _http_error,
                 Exception: _server_error}  # fmt: skip
     app = Starlette(routes=ROUTES, exception_handlers=handlers, lifespan=lifespan)  # type: ignore[arg-type]
-    app.state.oars = Shared(service, runs, store, int(time.time()), metrics)
+    app.state.oars = Shared(service, runs, store, int(time.time()), metrics, max_body_bytes)
     app.add_middleware(Observed, metrics=metrics)
     return app
 

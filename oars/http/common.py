@@ -9,7 +9,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from oars.errors import InvalidRequest, NotFound
+from oars.errors import InvalidRequest, NotFound, TooLarge
 from oars.ids import is_id
 from oars.metrics import Metrics
 from oars.runs import Runs
@@ -26,6 +26,7 @@ class Shared:
     store: Store | None
     started: int
     metrics: Metrics
+    max_body_bytes: int = 64 * 2**20
 
 
 class JSON(JSONResponse):
@@ -65,14 +66,66 @@ def error(status: int, message: str, type_: str, code: str | None, param: str | 
     return JSON(body, status_code=status)
 
 
+async def read_body(request: Request) -> bytes:
+    """The body, read no further than the server's limit (a 413 past it)."""
+    limit = shared(request).max_body_bytes
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise TooLarge(limit)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise TooLarge(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 async def read_json(request: Request) -> Any:
-    raw = await request.body()
+    raw = await read_body(request)
     try:
-        return json.loads(raw)
+        # UTF-8, strictly: json.loads(bytes) would also take UTF-16 and encoded surrogates
+        value = json.loads(raw.decode("utf-8").removeprefix("\ufeff"))
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise InvalidRequest(
             f"The request body is not valid JSON: {exc}", param=None, code="invalid_json"
         ) from exc
+    if b"\\ud" in raw or b"\\uD" in raw:  # only an escape can make a lone surrogate
+        where = lone_surrogate(value)
+        if where is not None:
+            raise InvalidRequest(f"Invalid '{where}': the string holds a lone surrogate escape "
+                                 "(\\ud800-\\udfff without its pair), which is not Unicode text.",
+                                 param=where, code="invalid_unicode")  # fmt: skip
+    return value
+
+
+def lone_surrogate(value: Any, path: str = "") -> str | None:
+    """The path (`input[0].content[0].text`) of the first string or key holding a lone
+    surrogate, or None."""
+    if isinstance(value, str):
+        return None if _encodable(value) else path or "body"
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            found = lone_surrogate(item, f"{path}[{i}]")
+            if found is not None:
+                return found
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            here = f"{path}.{key}" if path else key
+            if not _encodable(key):
+                return path or "body"
+            found = lone_surrogate(item, here)
+            if found is not None:
+                return found
+    return None
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def query_int(request: Request, name: str, default: int, lo: int, hi: int) -> int:

@@ -9,13 +9,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from oars import api
-from oars.errors import InvalidRequest, NotFound
-from oars.http.common import JSON, query_int, store_of
+from oars.errors import NotFound
+from oars.http.common import JSON, query_int, read_body, store_of
 from oars.validator import validate_sse
 
 _TYPES = {"html": "text/html; charset=utf-8", "js": "text/javascript; charset=utf-8",
           "css": "text/css; charset=utf-8", "png": "image/png", "svg": "image/svg+xml"}  # fmt: skip
-_MAX_STREAM = 20 * 2**20  # bytes of a stream the validator reads
 
 
 def _file(name: str) -> Response:
@@ -42,10 +41,7 @@ async def recent(request: Request) -> Response:
 
 
 async def validate(request: Request) -> Response:
-    raw = await request.body()
-    if len(raw) > _MAX_STREAM:
-        raise InvalidRequest(f"The stream is over {_MAX_STREAM} bytes.", param=None,
-                             code="too_large")  # fmt: skip
+    raw = await read_body(request)
     report = validate_sse(raw.decode("utf-8", errors="replace"))
     verdict = api.ValidationReport(ok=report.ok, violations=[v.describe() for v in report.violations],
                                    events=len(report.events), final=report.final)  # fmt: skip
