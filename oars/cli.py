@@ -85,6 +85,30 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-body-bytes", type=int,
                        default=int(_env("MAX_BODY_BYTES", str(64 * 2**20))),
                        help="largest request body accepted (413 past it; default 64 MiB)")  # fmt: skip
+    serve.add_argument(
+        "--api-key",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="a key clients must send as 'Authorization: Bearer KEY'; repeatable "
+        "(also OARS_API_KEYS, comma-separated); what a key stores only it sees",
+    )
+    serve.add_argument(
+        "--api-keys",
+        default=_env("API_KEYS_FILE", "") or None,
+        metavar="FILE",
+        help="a file of API keys, one per line ('#' starts a comment)",
+    )
+    serve.add_argument(
+        "--public",
+        default=_env("PUBLIC", "health,metrics"),
+        help="routes open without a key, of: health, metrics (default both; '' for none)",
+    )
+    serve.add_argument(
+        "--allow-unauthenticated",
+        action="store_true",
+        help="serve beyond loopback without API keys (behind a proxy that checks callers)",
+    )
     serve.add_argument("--log-level", default=_env("LOG_LEVEL", "info"))
     serve.add_argument("--log-format", choices=("text", "json"), default=_env("LOG_FORMAT", "text"),
                        help="text lines, or one JSON object per line")  # fmt: skip
@@ -124,6 +148,7 @@ def _serve(args: argparse.Namespace) -> None:
     from oars.weights import DEFAULT_MODEL, oars_home, pull
 
     logs.setup(args.log_level, args.log_format)
+    keys = _api_keys(args)  # before the model loads: a refusal comes at once
     upstreams = _upstreams(args)
     engines: dict[str, Engine] = {}
     if args.model is not None or not upstreams:
@@ -148,15 +173,45 @@ def _serve(args: argparse.Namespace) -> None:
     service = ResponsesService(engines, default_temperature=args.temperature,
                                sealer=Sealer.from_home(home), strict_models=bool(upstreams))  # fmt: skip
     replica = args.replica or default_replica(args.port)
-    app = create_app(service, store, replica=replica, max_body_bytes=args.max_body_bytes)
+    public = [f"/{name.strip()}" for name in args.public.split(",") if name.strip()]
+    app = create_app(service, store, replica=replica, max_body_bytes=args.max_body_bytes,
+                     api_keys=keys, public=public)  # fmt: skip
     where = "nothing stored" if store is None else f"store {_redacted(spec)}, replica {replica}"
     print(f"oars: serving {', '.join(engines)} on http://{args.host}:{args.port}/v1 ({where})",
           flush=True)  # fmt: skip
     for config in upstreams:
         print(f"oars: {config.model} from {config.url}", flush=True)
+    print(f"oars: {_access(args, keys)}", flush=True)
     # logging is set up above: uvicorn adds none of its own, and oars.access logs requests
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level.lower(),
                 log_config=None, access_log=False)  # fmt: skip
+
+
+def _api_keys(args: argparse.Namespace) -> list[str]:
+    keys = list(args.api_key)
+    keys += [k.strip() for k in os.environ.get("OARS_API_KEYS", "").split(",") if k.strip()]
+    if args.api_keys:
+        try:
+            lines = Path(args.api_keys).read_text().splitlines()
+        except OSError as exc:
+            raise SetupError(f"--api-keys: {exc}") from exc
+        keys += [line.split("#", 1)[0].strip() for line in lines if line.split("#", 1)[0].strip()]
+    if not keys and not _loopback(args.host) and not args.allow_unauthenticated:
+        raise SetupError(f"no API keys: oars serves {args.host} only with --api-key (or "
+                         "OARS_API_KEYS, --api-keys FILE), or --allow-unauthenticated")  # fmt: skip
+    return keys
+
+
+def _loopback(host: str) -> bool:
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+def _access(args: argparse.Namespace, keys: list[str]) -> str:
+    if keys:
+        return f"{len(keys)} API keys; each sees only what it stored"
+    if _loopback(args.host):
+        return "no API keys: open to this machine only (loopback)"
+    return f"no API keys: anyone who reaches {args.host}:{args.port} may use it and read everything"
 
 
 def _model_file(model: str | None) -> Path | None:

@@ -55,6 +55,7 @@ class ResponseRequest:
     conversation_id: str | None = None
     include_encrypted_reasoning: bool = False
     unseal: Unseal | None = field(default=None, compare=False)
+    tenant: str = ""  # whose the response will be (the hashed API key; '' without keys)
 
     def with_context(self, items: list[dict[str, Any]]) -> ResponseRequest:
         """The same request, its prompt rendered from these items (history, then new input)."""

@@ -27,6 +27,7 @@ from oars.metrics import Metrics, TokenClock
 from oars.normalize import ResponseRequest
 from oars.service import ResponsesService, Run
 from oars.store import TERMINAL_STATUSES, Finished, NewResponse, Store, StoredResponse
+from oars.store.tenant import scoped
 
 log = logging.getLogger("oars.runs")
 
@@ -99,7 +100,7 @@ class RunHandle:
 
     def stored(self, snapshot: dict[str, Any], owner: str) -> StoredResponse:
         return StoredResponse(snapshot, background=self.request.background,
-                              streamed=self.streamed, owner=owner)  # fmt: skip
+                              streamed=self.streamed, owner=owner, tenant=self.request.tenant)  # fmt: skip
 
     def events(self, after: int = -1) -> AsyncIterator[Event]:
         return self.log.follow(after)
@@ -176,7 +177,8 @@ class Runs:
     async def submit(self, request: ResponseRequest) -> RunHandle:
         """Resolve history, keep the response, start producing. Errors here come before any
         byte of the response: client errors are 4xx, a store that is down is a 503."""
-        history = await resolve(request, self.store)
+        store = scoped(self.store, request.tenant) if self.store is not None else None
+        history = await resolve(request, store)
         run = await self.service.start(history.request)
         handle = RunHandle(request, run, history)
         handle.clock = TokenClock(self.metrics, handle.model)
@@ -272,15 +274,18 @@ class Runs:
 
     # ---- reading ------------------------------------------------------------------------
 
-    async def get(self, response_id: str) -> StoredResponse:
+    async def get(self, response_id: str, tenant: str = "") -> StoredResponse:
+        """A response of `tenant`'s (any other is not found)."""
         handle = self.active.get(response_id)
+        if handle is not None and handle.request.tenant != tenant:
+            raise NotFound(f"Response with id '{response_id}' not found.", param="response_id")
         if handle is not None and handle.snapshot["status"] in TERMINAL_STATUSES:
             await handle.result()  # its ending is being kept: answer what was kept
             handle = None
         if handle is not None and handle.request.store:
             return handle.stored(handle.snapshot, self.replica)
         stored = await self.store.get(response_id) if self.store is not None else None
-        if stored is None:
+        if stored is None or stored.tenant != tenant:
             raise NotFound(f"Response with id '{response_id}' not found.", param="response_id")
         return stored
 
@@ -307,8 +312,8 @@ class Runs:
                     return
                 await asyncio.sleep(_FLUSH_SECONDS)
 
-    async def cancel(self, response_id: str) -> dict[str, Any]:
-        stored = await self.get(response_id)
+    async def cancel(self, response_id: str, tenant: str = "") -> dict[str, Any]:
+        stored = await self.get(response_id, tenant)
         if not stored.background:
             raise InvalidRequest("Only background responses can be cancelled.", param=None,
                                  code="invalid_request")  # fmt: skip
@@ -322,7 +327,7 @@ class Runs:
         await self.store.request_cancel(response_id)
         deadline = time.monotonic() + 3 * self.lease_seconds
         while time.monotonic() < deadline:  # the owner sees it at its next heartbeat
-            stored = await self.get(response_id)
+            stored = await self.get(response_id, tenant)
             if stored.finished:
                 return stored.snapshot
             await asyncio.sleep(0.1)

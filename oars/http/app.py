@@ -8,11 +8,12 @@ Route handlers are module-level functions; what they share (the runs, the store)
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import secrets
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
@@ -171,7 +172,8 @@ def default_replica(port: int | None = None) -> str:
 
 def create_app(service: ResponsesService, store: Store | None = None, *,
                replica: str | None = None, lease_seconds: float = 10.0,
-               max_body_bytes: int = 64 * 2**20) -> Starlette:  # fmt: skip
+               max_body_bytes: int = 64 * 2**20, api_keys: Sequence[str] = (),
+               public: Sequence[str] = ("/health", "/metrics")) -> Starlette:  # fmt: skip
     """`store` None: nothing is kept (`store` is echoed false; stored-state endpoints 404)."""
     metrics = Metrics()
     store = timed_store(store, metrics) if store is not None else None
@@ -198,6 +200,8 @@ def create_app(service: ResponsesService, store: Store | None = None, *,
                 Exception: _server_error}  # fmt: skip
     app = Starlette(routes=ROUTES, exception_handlers=handlers, lifespan=lifespan)  # type: ignore[arg-type]
     app.state.oars = Shared(service, runs, store, int(time.time()), metrics, max_body_bytes)
+    if api_keys:
+        app.add_middleware(Auth, keys=api_keys, public=frozenset(public) | _PAGES)
     app.add_middleware(Observed, metrics=metrics)
     return app
 
@@ -234,6 +238,49 @@ class Observed:
                         extra={"method": method, "path": path[:200], "status": status,
                                "duration_ms": round(seconds * 1000, 1)})  # fmt: skip
             logs.request_id.reset(token)
+
+
+_PAGES = frozenset({"/", "/docs", "/openapi.json"})  # they hold no data: the key is typed in
+
+
+def tenant(key: str) -> str:
+    """The owner name stored with what a key makes: the key's hash, never the key."""
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+class Auth:
+    """Plain ASGI middleware: with API keys, every route but the public ones needs
+    `Authorization: Bearer KEY` (401 otherwise), and the request's tenant is its key's."""
+
+    def __init__(self, app: ASGIApp, keys: Sequence[str], public: frozenset[str]) -> None:
+        self.app, self.public = app, public
+        self.tenants = {hashlib.sha256(k.encode()).digest(): tenant(k) for k in keys}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        path = scope["path"]
+        if path in self.public or path.startswith("/static/"):
+            return await self.app(scope, receive, send)
+        given = _bearer(scope)
+        found = self.tenants.get(hashlib.sha256(given.encode()).digest()) if given else None
+        if found is None:
+            message = ("Incorrect API key provided." if given else "You didn't provide an API "
+                       "key: send it as 'Authorization: Bearer KEY'.")  # fmt: skip
+            body = error(401, message, "invalid_request_error",
+                         "invalid_api_key" if given else "missing_api_key")  # fmt: skip
+            body.headers["www-authenticate"] = "Bearer"
+            return await body(scope, receive, send)
+        scope.setdefault("state", {})["tenant"] = found
+        await self.app(scope, receive, send)
+
+
+def _bearer(scope: Scope) -> str | None:
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+    return None
 
 
 def _client_request_id(scope: Scope) -> str | None:

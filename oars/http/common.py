@@ -15,6 +15,7 @@ from oars.metrics import Metrics
 from oars.runs import Runs
 from oars.service import ResponsesService
 from oars.store import Page, Store
+from oars.store.tenant import scoped
 
 
 @dataclass
@@ -53,11 +54,17 @@ def path_id(request: Request, name: str) -> str:
     return value
 
 
+def tenant_of(request: Request) -> str:
+    """Whose the request is: its API key, hashed ('' when the server has no keys)."""
+    return str(request.scope.get("state", {}).get("tenant", ""))
+
+
 def store_of(request: Request) -> Store:
+    """The store as the request's tenant sees it."""
     store = shared(request).store
     if store is None:
         raise NotFound("This server keeps no stored state (it runs without a store).")
-    return store
+    return scoped(store, tenant_of(request))
 
 
 def error(status: int, message: str, type_: str, code: str | None, param: str | None = None

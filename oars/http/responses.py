@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 from starlette.requests import Request
@@ -23,10 +24,12 @@ from oars.http.common import (
     read_json,
     shared,
     store_of,
+    tenant_of,
 )
 from oars.http.sse import encode_stream
 from oars.normalize import ENCRYPTED_REASONING, INCLUDABLE, ResponseRequest, normalize
 from oars.runs import RunHandle
+from oars.store.tenant import scoped
 
 log = logging.getLogger("oars.http")
 
@@ -41,10 +44,11 @@ def _sse(events: AsyncIterator[Event]) -> StreamingResponse:
 async def _request(request: Request) -> ResponseRequest:
     oars = shared(request)
     service = oars.service
-    return normalize(await read_json(request), served_model=service.default_model,
-                     default_temperature=service.default_temperature,
-                     can_store=oars.store is not None,
-                     unseal=service.sealer.unseal if service.sealer else None)  # fmt: skip
+    req = normalize(await read_json(request), served_model=service.default_model,
+                    default_temperature=service.default_temperature,
+                    can_store=oars.store is not None,
+                    unseal=service.sealer.unseal if service.sealer else None)  # fmt: skip
+    return replace(req, tenant=tenant_of(request))
 
 
 async def create(request: Request) -> Response:
@@ -123,7 +127,7 @@ async def retrieve(request: Request) -> Response:
     response_id = path_id(request, "response_id")
     include = _include(request)
     runs = shared(request).runs
-    stored = await runs.get(response_id)
+    stored = await runs.get(response_id, tenant_of(request))
     stream = request.query_params.get("stream", "false").lower()
     if stream not in ("true", "false"):
         raise InvalidRequest("Invalid 'stream': expected true or false.", param="stream")
@@ -142,7 +146,7 @@ async def delete(request: Request) -> Response:
     response_id = path_id(request, "response_id")
     store = store_of(request)
     handle = shared(request).runs.active.get(response_id)
-    if handle is not None and handle.request.store:
+    if handle is not None and handle.request.store and handle.request.tenant == tenant_of(request):
         handle.cancel()
         await handle.result()
     if not await store.delete(response_id):
@@ -152,7 +156,8 @@ async def delete(request: Request) -> Response:
 
 async def cancel(request: Request) -> Response:
     store_of(request)
-    snapshot = await shared(request).runs.cancel(path_id(request, "response_id"))
+    snapshot = await shared(request).runs.cancel(path_id(request, "response_id"),
+                                                 tenant_of(request))  # fmt: skip
     return JSON(snapshot)
 
 
@@ -168,7 +173,7 @@ async def input_items(request: Request) -> Response:
 async def input_tokens(request: Request) -> Response:
     oars = shared(request)
     req = await _request(request)
-    history = await resolve(req, oars.store)
+    history = await resolve(req, scoped(oars.store, req.tenant) if oars.store else None)
     count = await oars.service.count_tokens(history.request)
     body: dict[str, Any] = {"object": "response.input_tokens", "input_tokens": count}
     return JSON(body)

@@ -11,6 +11,14 @@ let previousId = null;   // the response the next request continues
 let pendingCall = null;  // a function call waiting for its output
 
 function setStatus(text) { $("status").textContent = text; }
+
+// Every call carries the API key typed in (kept in this browser only) when there is one.
+function api(path, options = {}) {
+  const key = $("api_key").value.trim();
+  const headers = { ...(options.headers || {}) };
+  if (key) headers.authorization = `Bearer ${key}`;
+  return fetch(path, { ...options, headers });
+}
 function el(tag, cls, text) {
   const node = document.createElement(tag);
   if (cls) node.className = cls;
@@ -19,7 +27,12 @@ function el(tag, cls, text) {
 }
 
 async function loadModels() {
-  const body = await (await fetch("/v1/models")).json();
+  const response = await api("/v1/models");
+  if (!response.ok) {
+    setStatus(response.status === 401 ? "an API key is needed" : `error ${response.status}`);
+    return;
+  }
+  const body = await response.json();
   for (const m of body.data) $("model").append(new Option(m.id, m.id));
 }
 
@@ -144,7 +157,7 @@ async function run(input, label) {
   let raw = "";
   let final = null;
   try {
-    const response = await fetch("/v1/responses", {
+    const response = await api("/v1/responses", {
       method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body),
     });
     if (!response.ok) {
@@ -181,7 +194,7 @@ async function run(input, label) {
 }
 
 async function showVerdict(raw) {
-  const verdict = await (await fetch("/oars/validate", {
+  const verdict = await (await api("/oars/validate", {
     method: "POST", headers: { "content-type": "text/event-stream" }, body: raw,
   })).json();
   $("verdict").textContent = verdict.ok
@@ -191,7 +204,7 @@ async function showVerdict(raw) {
 }
 
 async function loadStored() {
-  const response = await fetch("/oars/responses?limit=20");
+  const response = await api("/oars/responses?limit=20");
   $("stored").textContent = "";
   if (!response.ok) {
     $("stored").append(el("li", "meta", "this server keeps no responses"));
@@ -208,7 +221,7 @@ async function loadStored() {
 }
 
 async function openStored(id) {
-  const response = await (await fetch(`/v1/responses/${id}`)).json();
+  const response = await (await api(`/v1/responses/${id}`)).json();
   $("opened").hidden = false;
   $("opened").textContent = JSON.stringify(response, null, 2);
   previousId = id;
@@ -235,4 +248,10 @@ $("new").addEventListener("click", () => {
   setStatus("idle");
 });
 $("refresh").addEventListener("click", loadStored);
+$("api_key").value = localStorage.getItem("oars_api_key") || "";
+$("api_key").addEventListener("change", () => {
+  localStorage.setItem("oars_api_key", $("api_key").value.trim());
+  $("model").textContent = "";
+  loadModels().then(loadStored);
+});
 loadModels().then(loadStored);

@@ -25,6 +25,7 @@ class StoredResponse:
     streamed: bool = False  # it has an event log
     owner: str = ""  # the replica that runs it
     cancel_requested: bool = False
+    tenant: str = ""  # whose it is: the hashed API key that made it ('' without keys)
 
     @property
     def id(self) -> str:
@@ -68,6 +69,7 @@ class Conversation:
     id: str
     created_at: int
     metadata: Mapping[str, str] = field(default_factory=dict)
+    tenant: str = ""
 
     def wire(self) -> Json:
         return {"id": self.id, "object": "conversation", "created_at": self.created_at,
@@ -99,8 +101,8 @@ class Store(Protocol):
 
     async def delete(self, response_id: str) -> bool: ...
 
-    async def recent(self, *, limit: int) -> list[Json]:
-        """The latest responses' snapshots, newest first."""
+    async def recent(self, *, limit: int, tenant: str | None = None) -> list[Json]:
+        """The latest responses' snapshots, newest first (of one tenant, if given)."""
         ...
 
     async def input_items(self, response_id: str, *, after: str | None, limit: int,
@@ -110,8 +112,10 @@ class Store(Protocol):
         """The previous response's input items, then its output items (for chaining)."""
         ...
 
-    async def find_items(self, item_ids: Sequence[str]) -> dict[str, Json]:
-        """Items by id, from any response's input or output, or any conversation."""
+    async def find_items(self, item_ids: Sequence[str], *,
+                         tenant: str | None = None) -> dict[str, Json]:  # fmt: skip
+        """Items by id, from any response's input or output, or any conversation (of one
+        tenant, if given)."""
         ...
 
     async def events(self, response_id: str, *, after: int) -> list[Json]: ...

@@ -19,6 +19,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    inspect,
     select,
     text,
 )
@@ -42,6 +43,7 @@ responses = Table(
     Column("conversation_id", _ID),
     Column("created_at", Integer, nullable=False),
     Column("snapshot", Text, nullable=False),  # the latest Response object, as JSON
+    Column("tenant", String(64), nullable=False, server_default=""),  # the API key's, hashed
 )
 Index("responses_running", responses.c.status, responses.c.lease_until)
 
@@ -70,6 +72,7 @@ conversations = Table(
     Column("id", _ID, primary_key=True),
     Column("created_at", Integer, nullable=False),
     Column("metadata", Text, nullable=False),
+    Column("tenant", String(64), nullable=False, server_default=""),
 )
 
 conversation_items = Table(
@@ -87,8 +90,16 @@ def _v1(conn: Connection) -> None:
     metadata.create_all(conn, checkfirst=True)
 
 
+def _v2(conn: Connection) -> None:
+    """Stored data belongs to the API key that made it (`tenant`, '' without keys)."""
+    for table in ("responses", "conversations"):
+        if "tenant" not in {c["name"] for c in inspect(conn).get_columns(table)}:
+            conn.execute(text(f"ALTER TABLE {table} ADD COLUMN tenant VARCHAR(64) NOT NULL "
+                              "DEFAULT ''"))  # fmt: skip
+
+
 # Step N brings the schema from version N-1 to N. Append; never edit a released step.
-STEPS: list[Callable[[Connection], None]] = [_v1]
+STEPS: list[Callable[[Connection], None]] = [_v1, _v2]
 
 
 async def upgrade(engine: AsyncEngine) -> int:

@@ -122,7 +122,7 @@ class SqlStore:
                 id=r.id, status=r.status, background=r.background, streamed=r.streamed,
                 owner=r.owner, lease_until=time.time() + lease_seconds, cancel_requested=False,
                 conversation_id=new.conversation_id, created_at=int(r.snapshot["created_at"]),
-                snapshot=dumps(r.snapshot),
+                snapshot=dumps(r.snapshot), tenant=r.tenant,
             ))  # fmt: skip
             rows = _item_rows(r.id, "input", new.input_items)
             if rows:
@@ -177,12 +177,14 @@ class SqlStore:
             return None
         return StoredResponse(json.loads(row.snapshot), background=row.background,
                               streamed=row.streamed, owner=row.owner,
-                              cancel_requested=row.cancel_requested)  # fmt: skip
+                              cancel_requested=row.cancel_requested, tenant=row.tenant)  # fmt: skip
 
     @_guard
-    async def recent(self, *, limit: int) -> list[Json]:
+    async def recent(self, *, limit: int, tenant: str | None = None) -> list[Json]:
         query = (select(responses.c.snapshot)
                  .order_by(responses.c.created_at.desc(), responses.c.id.desc()).limit(limit))  # fmt: skip
+        if tenant is not None:
+            query = query.where(responses.c.tenant == tenant)
         async with self.engine.connect() as conn:
             rows = (await conn.execute(query)).all()
         return [json.loads(row.snapshot) for row in rows]
@@ -218,14 +220,21 @@ class SqlStore:
         return await self._items(response_id, "input") + await self._items(response_id, "output")
 
     @_guard
-    async def find_items(self, item_ids: Sequence[str]) -> dict[str, Json]:
+    async def find_items(self, item_ids: Sequence[str], *,
+                         tenant: str | None = None) -> dict[str, Json]:  # fmt: skip
         if not item_ids:
             return {}
         found: dict[str, Json] = {}
+        owners = ((response_items, responses, response_items.c.response_id),
+                  (conversation_items, conversations, conversation_items.c.conversation_id))  # fmt: skip
         async with self.engine.connect() as conn:
-            for table in (response_items, conversation_items):
-                rows = await conn.execute(select(table.c.item_id, table.c.item).where(
-                    table.c.item_id.in_(list(item_ids))))  # fmt: skip
+            for table, parent, parent_id in owners:
+                query = select(table.c.item_id, table.c.item).where(
+                    table.c.item_id.in_(list(item_ids)))  # fmt: skip
+                if tenant is not None:
+                    query = query.join(parent, parent.c.id == parent_id).where(
+                        parent.c.tenant == tenant)  # fmt: skip
+                rows = await conn.execute(query)
                 for row in rows:
                     found.setdefault(row.item_id, json.loads(row.item))
         return found
@@ -303,7 +312,7 @@ class SqlStore:
         async with self.engine.begin() as conn:
             await conn.execute(insert(conversations).values(
                 id=conversation.id, created_at=conversation.created_at,
-                metadata=dumps(dict(conversation.metadata))))  # fmt: skip
+                metadata=dumps(dict(conversation.metadata)), tenant=conversation.tenant))  # fmt: skip
             await self._add_items(conn, conversation.id, items)
 
     @_guard
@@ -313,7 +322,7 @@ class SqlStore:
                 conversations.c.id == conversation_id))).first()  # fmt: skip
         if row is None:
             return None
-        return Conversation(row.id, row.created_at, json.loads(row.metadata))
+        return Conversation(row.id, row.created_at, json.loads(row.metadata), row.tenant)
 
     @_guard
     async def update_conversation(self, conversation_id: str,

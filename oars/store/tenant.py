@@ -1,0 +1,136 @@
+"""One tenant's view of a store: what another API key made does not exist here.
+
+Every read checks the owner (a response's or conversation's `tenant`) and answers as if the
+object were missing; everything written is marked with the tenant. Without API keys every
+request is the tenant '', which owns what was stored without keys (all of it, before keys).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from oars.store.base import Conversation, Finished, Json, NewResponse, Page, Store, StoredResponse
+
+
+class Scoped:
+    """A `Store` limited to `tenant`'s responses and conversations."""
+
+    def __init__(self, store: Store, tenant: str) -> None:
+        self.inner, self.tenant = store, tenant
+
+    async def _mine(self, response_id: str) -> StoredResponse | None:
+        stored = await self.inner.get(response_id)
+        return stored if stored is not None and stored.tenant == self.tenant else None
+
+    async def _my_conversation(self, conversation_id: str) -> Conversation | None:
+        found = await self.inner.get_conversation(conversation_id)
+        return found if found is not None and found.tenant == self.tenant else None
+
+    # ---- responses ----------------------------------------------------------------------
+
+    async def open(self) -> None:
+        await self.inner.open()
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    async def begin(self, new: NewResponse, *, lease_seconds: float) -> None:
+        mine = replace(new, response=replace(new.response, tenant=self.tenant))
+        await self.inner.begin(mine, lease_seconds=lease_seconds)
+
+    async def append_events(self, response_id: str, events: Sequence[Json],
+                            snapshot: Json | None = None) -> None:  # fmt: skip
+        await self.inner.append_events(response_id, events, snapshot)
+
+    async def finish(self, response_id: str, done: Finished) -> None:
+        await self.inner.finish(response_id, done)
+
+    async def get(self, response_id: str) -> StoredResponse | None:
+        return await self._mine(response_id)
+
+    async def delete(self, response_id: str) -> bool:
+        return await self._mine(response_id) is not None and await self.inner.delete(response_id)
+
+    async def recent(self, *, limit: int, tenant: str | None = None) -> list[Json]:
+        return await self.inner.recent(limit=limit, tenant=self.tenant)
+
+    async def input_items(self, response_id: str, *, after: str | None, limit: int,
+                          order: str) -> Page | None:  # fmt: skip
+        if await self._mine(response_id) is None:
+            return None
+        return await self.inner.input_items(response_id, after=after, limit=limit, order=order)
+
+    async def context(self, response_id: str) -> list[Json] | None:
+        if await self._mine(response_id) is None:
+            return None
+        return await self.inner.context(response_id)
+
+    async def find_items(self, item_ids: Sequence[str], *,
+                         tenant: str | None = None) -> dict[str, Json]:  # fmt: skip
+        return await self.inner.find_items(item_ids, tenant=self.tenant)
+
+    async def events(self, response_id: str, *, after: int) -> list[Json]:
+        if await self._mine(response_id) is None:
+            return []
+        return await self.inner.events(response_id, after=after)
+
+    async def request_cancel(self, response_id: str) -> StoredResponse | None:
+        if await self._mine(response_id) is None:
+            return None
+        return await self.inner.request_cancel(response_id)
+
+    async def heartbeat(self, owner: str, response_ids: Sequence[str], *,
+                        lease_seconds: float) -> list[str]:  # fmt: skip
+        return await self.inner.heartbeat(owner, response_ids, lease_seconds=lease_seconds)
+
+    async def fail_orphans(self, *, owner: str | None) -> list[str]:
+        return await self.inner.fail_orphans(owner=owner)
+
+    # ---- conversations ------------------------------------------------------------------
+
+    async def create_conversation(self, conversation: Conversation,
+                                  items: Sequence[Json]) -> None:  # fmt: skip
+        await self.inner.create_conversation(replace(conversation, tenant=self.tenant), items)
+
+    async def get_conversation(self, conversation_id: str) -> Conversation | None:
+        return await self._my_conversation(conversation_id)
+
+    async def update_conversation(self, conversation_id: str,
+                                  metadata: Mapping[str, str]) -> Conversation | None:  # fmt: skip
+        if await self._my_conversation(conversation_id) is None:
+            return None
+        return await self.inner.update_conversation(conversation_id, metadata)
+
+    async def delete_conversation(self, conversation_id: str) -> bool:
+        if await self._my_conversation(conversation_id) is None:
+            return False
+        return await self.inner.delete_conversation(conversation_id)
+
+    async def conversation_items(self, conversation_id: str, *, after: str | None = None,
+                                 limit: int | None = None, order: str = "asc") -> Page | None:  # fmt: skip
+        if await self._my_conversation(conversation_id) is None:
+            return None
+        return await self.inner.conversation_items(conversation_id, after=after, limit=limit,
+                                                   order=order)  # fmt: skip
+
+    async def add_conversation_items(self, conversation_id: str,
+                                     items: Sequence[Json]) -> bool:  # fmt: skip
+        if await self._my_conversation(conversation_id) is None:
+            return False
+        return await self.inner.add_conversation_items(conversation_id, items)
+
+    async def get_conversation_item(self, conversation_id: str, item_id: str) -> Json | None:
+        if await self._my_conversation(conversation_id) is None:
+            return None
+        return await self.inner.get_conversation_item(conversation_id, item_id)
+
+    async def delete_conversation_item(self, conversation_id: str, item_id: str) -> bool:
+        if await self._my_conversation(conversation_id) is None:
+            return False
+        return await self.inner.delete_conversation_item(conversation_id, item_id)
+
+
+def scoped(store: Store, tenant: str) -> Store:
+    """`store` as `tenant` sees it (without keys, tenant '': what was stored without keys)."""
+    return Scoped(store, tenant)
