@@ -82,9 +82,28 @@ def _parser() -> argparse.ArgumentParser:
         default=_env("REPLICA", "") or None,
         help="this replica's name in the store (default: host:port, stable across restarts)",
     )
-    serve.add_argument("--max-body-bytes", type=int,
-                       default=int(_env("MAX_BODY_BYTES", str(64 * 2**20))),
-                       help="largest request body accepted (413 past it; default 64 MiB)")  # fmt: skip
+    serve.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=int(_env("MAX_BODY_BYTES", str(64 * 2**20))),
+        help="largest request body accepted (413 past it; default 64 MiB)",
+    )
+    serve.add_argument(
+        "--max-output-tokens",
+        type=int,
+        default=_env_int("MAX_OUTPUT_TOKENS"),
+        help="the most output tokens a request may ask for (400 above; the "
+        "limit of requests that ask none)",
+    )
+    serve.add_argument(
+        "--max-concurrent-per-key",
+        type=int,
+        default=_env_int("MAX_CONCURRENT_PER_KEY"),
+        help="unfinished responses one API key may have (429 + Retry-After past it)",
+    )
+    serve.add_argument("--request-timeout", type=float,
+                       default=float(_env("REQUEST_TIMEOUT", "1800")),
+                       help="seconds a generation may run before it fails (default 1800; 0: none)")  # fmt: skip
     serve.add_argument(
         "--api-key",
         action="append",
@@ -142,6 +161,7 @@ def _serve(args: argparse.Namespace) -> None:
     from oars.engines.upstream import UpstreamEngine
     from oars.http import create_app
     from oars.http.app import default_replica
+    from oars.http.common import Limits
     from oars.sealing import Sealer
     from oars.service import ResponsesService
     from oars.store import SqlStore
@@ -174,8 +194,14 @@ def _serve(args: argparse.Namespace) -> None:
                                sealer=Sealer.from_home(home), strict_models=bool(upstreams))  # fmt: skip
     replica = args.replica or default_replica(args.port)
     public = [f"/{name.strip()}" for name in args.public.split(",") if name.strip()]
-    app = create_app(service, store, replica=replica, max_body_bytes=args.max_body_bytes,
-                     api_keys=keys, public=public)  # fmt: skip
+    limits = Limits(
+        max_body_bytes=args.max_body_bytes,
+        max_output_tokens=args.max_output_tokens,
+        concurrent_per_key=args.max_concurrent_per_key,
+        request_timeout=args.request_timeout or None,
+    )
+    app = create_app(service, store, replica=replica, limits=limits, api_keys=keys,
+                     public=public)  # fmt: skip
     where = "nothing stored" if store is None else f"store {_redacted(spec)}, replica {replica}"
     print(f"oars: serving {', '.join(engines)} on http://{args.host}:{args.port}/v1 ({where})",
           flush=True)  # fmt: skip

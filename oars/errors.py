@@ -23,6 +23,8 @@ class ClientError(OarsError):
     status = 400
     type = "invalid_request_error"
 
+    headers: dict[str, str] = {}
+
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
         super().__init__(message)
         self.message = message
@@ -69,6 +71,24 @@ class TooLarge(ClientError):
     def __init__(self, limit: int):
         super().__init__(f"The request body is over this server's limit of {limit} bytes.",
                          code="request_too_large")  # fmt: skip
+
+
+class RateLimited(ClientError):
+    """Too many at once for this key: try again after `retry_after` seconds."""
+
+    status = 429
+    type = "rate_limit_error"
+
+    def __init__(self, message: str, *, retry_after: int):
+        super().__init__(message, code="rate_limit_exceeded")
+        self.headers = {"Retry-After": str(retry_after)}
+
+
+class RequestTimeout(ClientError):
+    status = 408
+
+    def __init__(self, message: str):
+        super().__init__(message, code="request_timeout")
 
 
 class NotFound(ClientError):

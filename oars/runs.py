@@ -17,10 +17,11 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
 
-from oars.errors import InvalidRequest, NotFound, StoreUnavailable
+from oars.errors import InvalidRequest, NotFound, RateLimited, StoreUnavailable
 from oars.events import Event
 from oars.history import History, resolve
 from oars.metrics import Metrics, TokenClock
@@ -126,8 +127,12 @@ class Runs:
     """Every run of this replica, and the store they are kept in (None: nothing is kept)."""
 
     def __init__(self, service: ResponsesService, store: Store | None, *, replica: str,
-                 lease_seconds: float = 10.0, metrics: Metrics | None = None) -> None:  # fmt: skip
+                 lease_seconds: float = 10.0, metrics: Metrics | None = None,
+                 concurrent_per_key: int | None = None,
+                 request_timeout: float | None = None) -> None:  # fmt: skip
         self.service, self.store, self.replica = service, store, replica
+        self.concurrent_per_key, self.request_timeout = concurrent_per_key, request_timeout
+        self._running: Counter[str] = Counter()  # unfinished runs by tenant
         self.metrics = metrics or Metrics()
         self.lease_seconds = lease_seconds
         self.active: dict[str, RunHandle] = {}
@@ -176,7 +181,23 @@ class Runs:
 
     async def submit(self, request: ResponseRequest) -> RunHandle:
         """Resolve history, keep the response, start producing. Errors here come before any
-        byte of the response: client errors are 4xx, a store that is down is a 503."""
+        byte of the response: client errors are 4xx (429 past the key's concurrent runs), a
+        store that is down is a 503."""
+        tenant = request.tenant
+        if self.concurrent_per_key is not None and self._running[tenant] >= self.concurrent_per_key:
+            raise RateLimited(f"This key already has {self._running[tenant]} responses running, "
+                              f"the most it may; retry when one has ended.", retry_after=1)  # fmt: skip
+        self._running[tenant] += 1
+        try:
+            handle = await self._submit(request)
+        except BaseException:
+            self._running[tenant] -= 1
+            raise
+        assert handle.task is not None
+        handle.task.add_done_callback(lambda _: self._running.subtract([tenant]))
+        return handle
+
+    async def _submit(self, request: ResponseRequest) -> RunHandle:
         store = scoped(self.store, request.tenant) if self.store is not None else None
         history = await resolve(request, store)
         run = await self.service.start(history.request)
@@ -212,9 +233,10 @@ class Runs:
             if handle.cancel_requested:
                 raise asyncio.CancelledError  # asked for before this task first ran
             handle.generating = True
-            async for event in events:
-                ending = _publish(handle, [event], ending)
-                logged.check()
+            async with asyncio.timeout(self.request_timeout):
+                async for event in events:
+                    ending = _publish(handle, [event], ending)
+                    logged.check()
             handle.generating = False
         except asyncio.CancelledError:
             handle.generating = False
@@ -223,6 +245,13 @@ class Runs:
             if not handle.log.events:
                 handle.log.append(handle.run.builder.start())
             ending = _publish(handle, handle.run.cancel(), ending)
+        except TimeoutError:
+            handle.generating = False
+            await events.aclose()
+            message = (
+                f"The response took longer than this server allows ({self.request_timeout} s)."
+            )
+            ending = _publish(handle, handle.run.fail(message, code="request_timeout"), ending)
         except StoreUnavailable as exc:
             handle.generating = False
             await events.aclose()

@@ -27,7 +27,7 @@ from oars import api, logs
 from oars.engines.upstream import UpstreamEngine
 from oars.errors import ClientError, EngineError, StoreUnavailable
 from oars.http import conversations, pages, responses
-from oars.http.common import JSON, Shared, error, shared
+from oars.http.common import DEFAULT_LIMITS, JSON, Limits, Shared, error, shared
 from oars.http.openapi import Endpoint, Param, docs_page, document_bytes
 from oars.metrics import Metrics, timed_store
 from oars.runs import Runs
@@ -69,7 +69,7 @@ async def docs(request: Request) -> Response:
 
 async def _client_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ClientError)
-    return JSON(exc.body(), status_code=exc.status)
+    return JSON(exc.body(), status_code=exc.status, headers=exc.headers)
 
 
 async def _engine_error(request: Request, exc: Exception) -> Response:
@@ -172,13 +172,14 @@ def default_replica(port: int | None = None) -> str:
 
 def create_app(service: ResponsesService, store: Store | None = None, *,
                replica: str | None = None, lease_seconds: float = 10.0,
-               max_body_bytes: int = 64 * 2**20, api_keys: Sequence[str] = (),
+               limits: Limits = DEFAULT_LIMITS, api_keys: Sequence[str] = (),
                public: Sequence[str] = ("/health", "/metrics")) -> Starlette:  # fmt: skip
     """`store` None: nothing is kept (`store` is echoed false; stored-state endpoints 404)."""
     metrics = Metrics()
     store = timed_store(store, metrics) if store is not None else None
     runs = Runs(service, store, replica=replica or default_replica(), lease_seconds=lease_seconds,
-                metrics=metrics)  # fmt: skip
+                metrics=metrics, concurrent_per_key=limits.concurrent_per_key,
+                request_timeout=limits.request_timeout)  # fmt: skip
     metrics.load = runs.load
     for engine in service.engines.values():
         if isinstance(engine, UpstreamEngine):
@@ -199,7 +200,7 @@ def create_app(service: ResponsesService, store: Store | None = None, *,
                 StoreUnavailable: _store_error, HTTPException: _http_error,
                 Exception: _server_error}  # fmt: skip
     app = Starlette(routes=ROUTES, exception_handlers=handlers, lifespan=lifespan)  # type: ignore[arg-type]
-    app.state.oars = Shared(service, runs, store, int(time.time()), metrics, max_body_bytes)
+    app.state.oars = Shared(service, runs, store, int(time.time()), metrics, limits)
     if api_keys:
         app.add_middleware(Auth, keys=api_keys, public=frozenset(public) | _PAGES)
     app.add_middleware(Observed, metrics=metrics)

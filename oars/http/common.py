@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -9,13 +10,27 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from oars.errors import InvalidRequest, NotFound, TooLarge
+from oars.errors import InvalidRequest, NotFound, RequestTimeout, TooLarge
 from oars.ids import is_id
 from oars.metrics import Metrics
 from oars.runs import Runs
 from oars.service import ResponsesService
 from oars.store import Page, Store
 from oars.store.tenant import scoped
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may ask for and take; past each, a 4xx (or 429) before any work."""
+
+    max_body_bytes: int = 64 * 2**20  # 413 past it
+    body_seconds: float = 60.0  # to send the body (408 past it)
+    max_output_tokens: int | None = None  # 400 above it; the default limit when none is asked
+    concurrent_per_key: int | None = None  # unfinished responses per key (429 past it)
+    request_timeout: float | None = 1800.0  # a generation's wall time (then it fails)
+
+
+DEFAULT_LIMITS = Limits()
 
 
 @dataclass
@@ -27,7 +42,7 @@ class Shared:
     store: Store | None
     started: int
     metrics: Metrics
-    max_body_bytes: int = 64 * 2**20
+    limits: Limits = DEFAULT_LIMITS
 
 
 class JSON(JSONResponse):
@@ -75,16 +90,22 @@ def error(status: int, message: str, type_: str, code: str | None, param: str | 
 
 async def read_body(request: Request) -> bytes:
     """The body, read no further than the server's limit (a 413 past it)."""
-    limit = shared(request).max_body_bytes
+    limits = shared(request).limits
+    limit = limits.max_body_bytes
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise TooLarge(limit)
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise TooLarge(limit)
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(limits.body_seconds):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise TooLarge(limit)
+                chunks.append(chunk)
+    except TimeoutError as exc:
+        raise RequestTimeout(f"The request body did not arrive within {limits.body_seconds} s."
+                             ) from exc  # fmt: skip
     return b"".join(chunks)
 
 

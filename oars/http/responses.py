@@ -48,7 +48,19 @@ async def _request(request: Request) -> ResponseRequest:
                     default_temperature=service.default_temperature,
                     can_store=oars.store is not None,
                     unseal=service.sealer.unseal if service.sealer else None)  # fmt: skip
-    return replace(req, tenant=tenant_of(request))
+    return _capped(replace(req, tenant=tenant_of(request)), oars.limits.max_output_tokens)
+
+
+def _capped(req: ResponseRequest, cap: int | None) -> ResponseRequest:
+    """The server's cap on output tokens: asking for more is a 400; asking for none gets it."""
+    asked = req.engine.sampling.max_output_tokens
+    if cap is None or (asked is not None and asked <= cap):
+        return req
+    if asked is not None:
+        raise InvalidRequest(f"Invalid 'max_output_tokens': {asked} is more than this server "
+                             f"allows ({cap}).", param="max_output_tokens")  # fmt: skip
+    sampling = replace(req.engine.sampling, max_output_tokens=cap)
+    return replace(req, engine=replace(req.engine, sampling=sampling))
 
 
 async def create(request: Request) -> Response:

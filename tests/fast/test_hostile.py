@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from oars.http import create_app
+from oars.http.common import Limits
 from oars.normalize import MAX_INPUT_ITEMS, MAX_TOOLS
 from oars.service import ResponsesService
 from oars.store import SqlStore
@@ -23,7 +24,9 @@ FN = {"type": "function", "name": "f", "parameters": {"type": "object"}}
 
 def _send(raw: bytes, path: str = "/v1/responses", *, max_body_bytes: int = 2**20,
           store: SqlStore | None = None) -> httpx.Response:  # fmt: skip
-    app = create_app(ResponsesService(ScriptedEngine()), store, max_body_bytes=max_body_bytes)
+    app = create_app(
+        ResponsesService(ScriptedEngine()), store, limits=Limits(max_body_bytes=max_body_bytes)
+    )
 
     async def go() -> httpx.Response:
         async with app.router.lifespan_context(app):
@@ -167,7 +170,7 @@ def test_a_body_over_the_limit_is_a_413_read_no_further() -> None:
     declared = _error(_send(raw, max_body_bytes=limit), 413)
     assert declared["code"] == "request_too_large" and str(limit) in declared["message"]
 
-    app = create_app(ResponsesService(ScriptedEngine()), max_body_bytes=limit)
+    app = create_app(ResponsesService(ScriptedEngine()), limits=Limits(max_body_bytes=limit))
     sent = 0
 
     async def chunks() -> Any:  # no content-length: the body is counted as it comes
