@@ -33,7 +33,7 @@ test: $(VENV)/.installed-test clients/node_modules/.installed postgres chromium 
 	$(BIN)/python -m pytest -q
 
 test-fast: $(VENV)/.installed-test postgres  ## the fast tier: no model, seconds
-	$(BIN)/python -m pytest -q -m "not model"
+	$(BIN)/python -m pytest -q -m "not model and not fuzz"
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check oars tests bench

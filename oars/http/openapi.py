@@ -80,9 +80,7 @@ def _operation(e: Endpoint, schemas: dict[Any, dict[str, Any]]) -> dict[str, Any
         ok["content"] = _content(e.returns, schemas)
     if e.streams:
         ok["description"] = "OK: JSON, or server-sent events (one JSON event per `data:` line)"
-        ok.setdefault("content", {})["text/event-stream"] = {
-            "schema": schemas[api.ResponseStreamEvent]
-        }
+        ok.setdefault("content", {})["text/event-stream"] = {"schema": _sse(schemas)}
     error = {"content": {"application/json": {"schema": schemas[api.ErrorBody]}}}
     op["responses"] = {
         "200": ok,
@@ -90,6 +88,15 @@ def _operation(e: Endpoint, schemas: dict[Any, dict[str, Any]]) -> dict[str, Any
         "5XX": {"description": "The server's or an upstream's fault", **error},
     }
     return op
+
+
+def _sse(schemas: dict[Any, dict[str, Any]]) -> dict[str, Any]:
+    """One server-sent event, as OpenAPI describes them: `event` names it, `data` holds the
+    event as JSON (`contentSchema`)."""
+    data = {"type": "string", "contentMediaType": "application/json",
+            "contentSchema": schemas[api.ResponseStreamEvent]}  # fmt: skip
+    return {"type": "object", "required": ["data"],
+            "properties": {"event": {"type": "string"}, "data": data}}  # fmt: skip
 
 
 def _types(endpoints: Sequence[Endpoint]) -> list[Any]:
@@ -107,6 +114,9 @@ def document(endpoints: Sequence[Endpoint]) -> dict[str, Any]:
     ]
     refs, defs = TypeAdapter.json_schemas(inputs, ref_template=_REF)
     schemas = {t: refs[(t, mode)] for t, mode, _ in inputs}
+    components = defs.get("$defs", {})
+    for kind in (api.ResponseCreateParams, api.InputTokenCountParams):  # oars needs an input
+        _require(schemas[kind], components, "input")
     paths: dict[str, dict[str, Any]] = {}
     for e in endpoints:
         paths.setdefault(e.path, {})[e.method.lower()] = _operation(e, schemas)
@@ -115,8 +125,18 @@ def document(endpoints: Sequence[Endpoint]) -> dict[str, Any]:
         "info": {"title": "oars", "version": __version__,
                  "description": "An OpenAI Responses API server for open-weight models."},
         "paths": paths,
-        "components": {"schemas": defs.get("$defs", {})},
+        "components": {"schemas": components},
     }  # fmt: skip
+
+
+def _require(schema: dict[str, Any], components: dict[str, Any], name: str) -> None:
+    """Mark `name` required in an object schema (or each object of a union, by reference)."""
+    targets = [schema, *schema.get("anyOf", [])]
+    for target in targets:
+        ref = target.get("$ref", "")
+        target = components[ref.rsplit("/", 1)[-1]] if ref else target
+        if name in target.get("properties", {}):
+            target["required"] = sorted({*target.get("required", []), name})
 
 
 def _is_request(kind: Any, endpoints: Sequence[Endpoint]) -> bool:
