@@ -62,24 +62,44 @@ def _as_postgres(cmd: list[str]) -> list[str]:
     return ["runuser", "-u", "postgres", "--", *cmd] if os.geteuid() == 0 else cmd
 
 
+class Postgres:
+    """A throwaway PostgreSQL server on loopback, from Debian's packages (as `postgres` when
+    root): started and stopped at will, for fault tests."""
+
+    def __init__(self) -> None:
+        self.data = tempfile.mkdtemp(prefix="oars-pg-")
+        if os.geteuid() == 0:
+            shutil.chown(self.data, "postgres", "postgres")
+        self.port = free_port()
+        self.url = f"postgresql://oars@127.0.0.1:{self.port}"
+        subprocess.run(_as_postgres([_pg_bin("initdb"), "-D", self.data, "-A", "trust", "-U",
+                                     "oars"]), check=True, capture_output=True)  # fmt: skip
+
+    def start(self) -> None:
+        options = f"-p {self.port} -k {self.data} -c listen_addresses=127.0.0.1 -c fsync=off"
+        subprocess.run(_as_postgres([_pg_bin("pg_ctl"), "-D", self.data, "-o", options, "-l",
+                                     f"{self.data}/log", "-w", "start"]), check=True,
+                       capture_output=True)  # fmt: skip
+
+    def stop(self) -> None:
+        """At once, as a crash would (no clean shutdown)."""
+        subprocess.run(_as_postgres([_pg_bin("pg_ctl"), "-D", self.data, "-m", "immediate",
+                                     "stop"]), check=False, capture_output=True)  # fmt: skip
+
+    def remove(self) -> None:
+        self.stop()
+        shutil.rmtree(self.data, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[str]:
     """A throwaway PostgreSQL on loopback, for the session: its base URL (no database)."""
-    data = tempfile.mkdtemp(prefix="oars-pg-")
-    if os.geteuid() == 0:
-        shutil.chown(data, "postgres", "postgres")
-    port = free_port()
-    subprocess.run(_as_postgres([_pg_bin("initdb"), "-D", data, "-A", "trust", "-U", "oars"]),
-                   check=True, capture_output=True)  # fmt: skip
-    options = f"-p {port} -k {data} -c listen_addresses=127.0.0.1 -c fsync=off"
-    subprocess.run(_as_postgres([_pg_bin("pg_ctl"), "-D", data, "-o", options, "-l",
-                                 f"{data}/log", "-w", "start"]), check=True, capture_output=True)  # fmt: skip
+    server = Postgres()
+    server.start()
     try:
-        yield f"postgresql://oars@127.0.0.1:{port}"
+        yield server.url
     finally:
-        subprocess.run(_as_postgres([_pg_bin("pg_ctl"), "-D", data, "-m", "immediate", "stop"]),
-                       check=False, capture_output=True)  # fmt: skip
-        shutil.rmtree(data, ignore_errors=True)
+        server.remove()
 
 
 def new_database(server: str) -> str:

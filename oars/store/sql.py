@@ -18,6 +18,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 
 from oars.errors import StoreUnavailable
+from oars.events.orphan import orphan_ending
 from oars.store.base import (
     Conversation,
     Finished,
@@ -284,25 +285,16 @@ class SqlStore:
         return failed
 
     async def _fail_orphan(self, conn: AsyncConnection, response_id: str, snapshot: Json) -> None:
-        """The replica running it died: whatever it logged stays; the response ends `failed`."""
-        last = (await conn.execute(select(func.max(response_events.c.sequence_number)).where(
-            response_events.c.response_id == response_id))).scalar()  # fmt: skip
+        """The replica running it died: whatever it logged stays; the response ends `failed`,
+        its log closed into a valid stream."""
         logged = await conn.execute(select(response_events.c.event).where(
             response_events.c.response_id == response_id).order_by(
             response_events.c.sequence_number))  # fmt: skip
-        output = [e["item"] for e in (json.loads(r.event) for r in logged)
-                  if e["type"] == "response.output_item.done"]  # fmt: skip
-        message = "The server running this response stopped before it finished."
-        error = {"code": "server_error", "message": message}
-        snapshot = {**snapshot, "status": "failed", "error": error, "output": output}
-        seq = -1 if last is None else int(last)
-        events = [{"type": "error", "sequence_number": seq + 1, "code": "server_error",
-                   "message": message, "param": None},
-                  {"type": "response.failed", "sequence_number": seq + 2, "response": snapshot}]  # fmt: skip
+        events = [json.loads(r.event) for r in logged]
         streamed = (await conn.execute(select(responses.c.streamed).where(
             responses.c.id == response_id))).scalar()  # fmt: skip
-        done = Finished(snapshot, events if streamed else ())
-        await self._finish(conn, response_id, done)
+        ending, final = orphan_ending(events, snapshot, streamed=bool(streamed))
+        await self._finish(conn, response_id, Finished(final, ending))
 
     # ---- conversations ------------------------------------------------------------------
 
