@@ -101,3 +101,26 @@ def test_an_orphans_log_is_closed_into_a_valid_stream_wherever_it_stopped() -> N
     _, snapshot = _log_cut_at(["x"], 0)
     ending, final = orphan_ending([], snapshot, streamed=False)
     assert ending == [] and final["output"] == [] and final["error"]["code"] == "server_error"
+
+
+def test_a_client_leaving_stops_a_foreground_stream_but_not_a_background_one(tmp_path: Any) -> None:
+    engine = ScriptedEngine([f"w{i} " for i in range(60)], delay=0.01)
+    app = create_app(ResponsesService(engine), SqlStore(str(tmp_path / "o.db")))
+    with serving(app) as base:
+        ids = {}
+        for background in (False, True):
+            body = {"model": "m", "input": "x", "stream": True, "background": background}
+            with httpx.stream("POST", f"{base}/v1/responses", json=body, timeout=30) as r:
+                for line in r.iter_lines():  # leave after the first delta
+                    if line.startswith("data:") and '"response.created"' in line:
+                        ids[background] = line.split('"id":"', 1)[1].split('"', 1)[0]
+                    if "output_text.delta" in line:
+                        break
+        url = f"{base}/v1/responses/"
+        stopped = _poll(url + ids[False], lambda r: r.json()["status"] != "in_progress").json()
+        assert stopped["status"] == "cancelled"
+        assert len(stopped["output"][0]["content"][0]["text"].split()) < 30
+        finished = _poll(url + ids[True], lambda r: r.json()["status"] not in ("queued",
+                                                                              "in_progress")).json()  # fmt: skip
+        assert finished["status"] == "completed"
+        assert len(finished["output"][0]["content"][0]["text"].split()) == 60
