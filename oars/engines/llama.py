@@ -90,6 +90,7 @@ class LlamaEngine:
         self.grammars = Grammars(self._vocab, self.n_vocab)
         self._markers = self._single_tokens(self.family.markers)
         self._longest_token = max(len(self.token_bytes(t)) for t in range(self.n_vocab))
+        self._message_tokens = self._tokens_per_message()
         self.busy = False
         self._opening_bans: dict[tuple[str, ...], np.ndarray] = {}
         self._jobs: queue.Queue[_Job] = queue.Queue()
@@ -138,13 +139,34 @@ class LlamaEngine:
         parser = self.family.parser(plan.tools, in_reasoning=in_reasoning)
         return Prepared(request, parser, prompt, tokens, plan, grammar)
 
+    def _tokens_per_message(self) -> int:
+        """The fewest tokens the template spends on one more (empty) message, of any role: its
+        markers. 0 when the template may drop a message."""
+
+        def count(messages: list[dict[str, str]]) -> int:
+            prompt = self.template.render(messages, [])
+            return len(self.llm.tokenize(prompt.encode(), add_bos=False, special=True))
+
+        def empty(*roles: str) -> list[dict[str, str]]:
+            return [{"role": role, "content": ""} for role in roles]
+
+        try:  # one more message after a user's, and after one of its own role (templates
+            # merge runs of tool outputs into one turn)
+            costs = [count(empty("user", role, *extra)) - count(empty("user", *extra))
+                     for role in ("user", "assistant", "system", "tool")
+                     for extra in ((), (role,))]  # fmt: skip
+        except Exception:  # a template that refuses these shapes: assume nothing
+            return 0
+        # less one: a marker's last token may merge with the first characters of the content
+        return max(0, min(costs) - 1)
+
     def _surely_fits(self, request: EngineRequest) -> None:
         """Refuse at once what cannot fit, before rendering and tokenizing it (which takes
-        minutes for 100,000 messages or 50 MB of text): every message is at least one token,
-        and no token spells more than `_longest_token` bytes."""
+        seconds for 15,000 messages, minutes for 50 MB of text): each message costs at least
+        the template's markers, and no token spells more than `_longest_token` bytes."""
         count = len(request.messages)
         size = sum(len(m.content) for m in request.messages)  # characters: each ≥ 1 byte
-        at_least = max(count, size // self._longest_token)
+        at_least = count * self._message_tokens + size // self._longest_token
         if at_least >= self.n_ctx:
             raise ContextLengthExceeded(
                 f"The input is at least {at_least} tokens ({count} messages, {size} characters), "
