@@ -408,11 +408,16 @@ class _Persisted:
     async def flush(self) -> None:
         assert self.store is not None
         batch = self.handle.log.events[self.written :]
-        snapshot = self.handle.snapshot if self.handle.snapshot["status"] != self.status else None
+        status = self.handle.snapshot["status"]
+        # A terminal status is written with the ending, by `finish`: written here, ahead of the
+        # held-back ending, a reader on another replica would see the response finished while
+        # its log still lacks the terminal event.
+        moved = status != self.status and status not in TERMINAL_STATUSES
+        snapshot = self.handle.snapshot if moved else None
         if batch:
             await self.store.append_events(self.handle.id, batch, snapshot)
             self.written += len(batch)
-            self.status = self.handle.snapshot["status"]
+            self.status = status if moved else self.status
 
     async def finish(self, ending: list[Event]) -> None:
         if self.begun is None:

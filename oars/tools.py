@@ -7,6 +7,7 @@ namespace). Hosted tools (web search, MCP, …) cannot run here: accepted, never
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections import Counter
@@ -152,6 +153,28 @@ def _namespace_members(raw: Mapping[str, Any], param: str) -> list[Mapping[str, 
     return [_typed(sub, f"{param}.tools[{j}]") for j, sub in enumerate(inner)]
 
 
+def _check_hosted(raw: Mapping[str, Any], param: str) -> None:
+    """A hosted tool (web search, code interpreter, …) is echoed as sent, never run: it must
+    be what the API's own type for it says, or the echo would break every client's parser."""
+    from pydantic import ValidationError
+
+    try:
+        _wire_tool().validate_python(raw)
+    except ValidationError as exc:
+        first = min(exc.errors(), key=lambda e: len(e["loc"]))
+        raise InvalidRequest(f"Invalid '{param}': not a valid {raw.get('type')} tool "
+                             f"({first['msg']}).", param=param) from exc  # fmt: skip
+
+
+@functools.cache
+def _wire_tool() -> Any:
+    """The SDK's union of tool types, as a validator (built on first use)."""
+    from openai.types.responses import Tool as WireTool
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(WireTool)
+
+
 def parse_tools(tools: Sequence[Any]) -> list[Tool]:
     out: list[Tool] = []
     for i, raw in enumerate(tools):
@@ -168,6 +191,8 @@ def parse_tools(tools: Sequence[Any]) -> list[Tool]:
                     out.append(tool)
         else:
             tool = _tool(raw, param, None)
+            if raw["type"] not in ("function", "custom"):
+                _check_hosted(raw, param)
             if tool is not None:
                 out.append(tool)
     return _disambiguated(out)

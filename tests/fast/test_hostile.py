@@ -186,3 +186,15 @@ def test_a_body_over_the_limit_is_a_413_read_no_further() -> None:
 
     assert _error(asyncio.run(go()), 413)["code"] == "request_too_large"
     assert sent < 10_000 * 500
+
+
+def test_a_hosted_tool_must_be_what_its_type_says() -> None:
+    """Hosted tools are echoed, never run: one that breaks its type would break the echo (found
+    by the schemathesis run)."""
+    bad = {"type": "code_interpreter", "container": {"type": "auto", "network_policy": {"x": [1]}}}
+    error = _error(_send(json.dumps({"model": "m", "input": "x", "tools": [FN, bad]}).encode()))
+    assert error["param"] == "tools[1]" and "code_interpreter" in error["message"]
+    fine = [{"type": "web_search"}, {"type": "code_interpreter", "container": {"type": "auto"}}]
+    r = _send(json.dumps({"model": "m", "input": "x", "tools": fine}).encode())
+    assert r.status_code == 200 and [t["type"] for t in r.json()["tools"]] == [
+        "web_search", "code_interpreter"]  # fmt: skip
