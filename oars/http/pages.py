@@ -37,7 +37,7 @@ async def static(request: Request) -> Response:
 async def recent(request: Request) -> Response:
     limit = query_int(request, "limit", 20, 1, 100)
     snapshots = await store_of(request).recent(limit=limit)
-    return JSON(api.ResponseList(object="list", data=[]).model_dump() | {"data": snapshots})
+    return JSON({"object": "list", "data": snapshots})  # stored snapshots: `api.ResponseList`
 
 
 async def validate(request: Request) -> Response:
