@@ -104,7 +104,7 @@ def test_an_orphans_log_is_closed_into_a_valid_stream_wherever_it_stopped() -> N
 
 
 def test_a_client_leaving_stops_a_foreground_stream_but_not_a_background_one(tmp_path: Any) -> None:
-    engine = ScriptedEngine([f"w{i} " for i in range(60)], delay=0.01)
+    engine = ScriptedEngine([f"w{i} " for i in range(60)], delay=0.03)  # 1.8 s in all
     app = create_app(ResponsesService(engine), SqlStore(str(tmp_path / "o.db")))
     with serving(app) as base:
         ids = {}

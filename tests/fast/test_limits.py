@@ -38,12 +38,13 @@ def test_the_output_cap_refuses_more_and_limits_requests_that_ask_none() -> None
 
 
 def test_past_its_concurrent_responses_a_key_gets_a_429_and_nothing_accepted_is_lost() -> None:
-    engine = ScriptedEngine(["a "] * 30, delay=0.01)
+    engine = ScriptedEngine(["a "] * 100, delay=0.01)
 
     async def body(c: httpx.AsyncClient) -> dict[str, Any]:
         post = {"model": "m", "input": "x", "stream": True}
         first = asyncio.create_task(c.post("/v1/responses", headers=KEY_A, json=post))
-        await asyncio.sleep(0.1)
+        while (await c.get("/health")).json()["running"] == 0:  # until the first has begun
+            await asyncio.sleep(0.01)
         second = await c.post("/v1/responses", headers=KEY_A, json=post)
         other = await c.post("/v1/responses", headers=KEY_B, json=post)
         done = await first
