@@ -40,12 +40,13 @@ class Histogram:
     counts: dict[Labels, list[int]] = field(default_factory=dict)
     sums: dict[Labels, float] = field(default_factory=lambda: defaultdict(float))
 
-    def observe(self, labels: Labels, value: float) -> None:
+    def observe(self, labels: Labels, value: float, times: int = 1) -> None:
+        """`times` observations of `value` (a chunk of several tokens: one gap each)."""
         counts = self.counts.get(labels)
         if counts is None:
             counts = self.counts[labels] = [0] * (len(self.bounds) + 1)
-        counts[bisect.bisect_left(self.bounds, value)] += 1
-        self.sums[labels] += value
+        counts[bisect.bisect_left(self.bounds, value)] += times
+        self.sums[labels] += value * times
 
     def family(self, name: str, doc: str, label_names: Sequence[str]) -> HistogramMetricFamily:
         family = HistogramMetricFamily(name, doc, labels=label_names)
@@ -121,8 +122,7 @@ class TokenClock:
             self.first, self.first_at = False, now
         else:
             gap = (now - self.last) / count
-            for _ in range(count):
-                self.metrics.token_gap_seconds.observe(self.labels, gap)
+            self.metrics.token_gap_seconds.observe(self.labels, gap, count)
         self.last = now
 
 
