@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from oars.errors import InvalidRequest
-from oars.json_lark import json_string_grammar
+from oars.input_pattern import Unsupported, input_pattern
 
 CUSTOM_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -38,7 +38,7 @@ class Tool:
     description: str
     parameters: Mapping[str, Any]
     namespace: str | None = None
-    grammar: str | None = None  # custom tools: the input's Lark grammar, if the tool gives one
+    pattern: str | None = None  # custom tools: the regex the input must match, from its grammar
     offered_as: str = ""  # the name the model sees, when `name` alone is ambiguous
 
     @property
@@ -56,6 +56,17 @@ class Tool:
             key for key, schema in properties.items()
             if isinstance(schema, Mapping) and _allows_string(schema.get("type"))
         )  # fmt: skip
+
+    @property
+    def call_schema(self) -> Mapping[str, Any]:
+        """The schema a call's arguments follow: the parameters, with a custom tool's input
+        held to its grammar (llguidance escapes the pattern's matches as JSON itself)."""
+        if self.pattern is None:
+            return self.parameters
+        return {
+            **CUSTOM_SCHEMA,
+            "properties": {"input": {"type": "string", "pattern": self.pattern}},
+        }
 
     def to_template(self) -> dict[str, Any]:
         function = {"name": self.model_name, "description": self.description,
@@ -100,8 +111,8 @@ def _tool(raw: Mapping[str, Any], param: str, namespace: str | None) -> Tool | N
                              param=f"{param}.strict")  # fmt: skip
     description = description or ""
     if kind == "custom":
-        grammar = _custom_grammar(raw, f"{param}.format.definition")
-        return Tool(name, "custom", description, CUSTOM_SCHEMA, namespace, grammar)
+        pattern = _custom_pattern(raw, f"{param}.format")
+        return Tool(name, "custom", description, CUSTOM_SCHEMA, namespace, pattern)
     params = raw.get("parameters")
     if params is not None and not isinstance(params, dict):
         raise InvalidRequest(f"Invalid '{param}.parameters': expected a JSON Schema object.",
@@ -121,19 +132,29 @@ def check_name(name: str, param: str) -> None:
                              "to 64 letters, digits, underscores or dashes.", param=param)  # fmt: skip
 
 
-def _custom_grammar(raw: Mapping[str, Any], param: str) -> str | None:
+def _custom_pattern(raw: Mapping[str, Any], param: str) -> str | None:
+    """The regex a custom tool's input must match, if its format is a grammar; a 400 for a
+    grammar that cannot be followed (never an input left free in its place)."""
     fmt = raw.get("format")
     if not isinstance(fmt, dict) or fmt.get("type") != "grammar":
         return None
-    definition = fmt.get("definition")
+    definition, syntax = fmt.get("definition"), fmt.get("syntax")
     if not isinstance(definition, str):
-        return None
+        raise InvalidRequest(f"Invalid '{param}.definition': expected a string.",
+                             param=f"{param}.definition")  # fmt: skip
+    if syntax not in ("lark", "regex"):
+        raise InvalidRequest(f"Invalid '{param}.syntax': expected 'lark' or 'regex'.",
+                             param=f"{param}.syntax")  # fmt: skip
     if len(definition) > MAX_GRAMMAR:
-        raise InvalidRequest(f"Invalid '{param}': the grammar is {len(definition)} characters; "
-                             f"at most {MAX_GRAMMAR} are allowed.", param=param)  # fmt: skip
-    if fmt.get("syntax") == "regex":
-        return "start: /" + definition.replace("/", "\\/") + "/"
-    return definition if fmt.get("syntax") == "lark" else None
+        raise InvalidRequest(f"Invalid '{param}.definition': the grammar is {len(definition)} "
+                             f"characters; at most {MAX_GRAMMAR} are allowed.",
+                             param=f"{param}.definition")  # fmt: skip
+    try:
+        return input_pattern(syntax, definition)
+    except Unsupported as exc:
+        raise InvalidRequest(f"Invalid '{param}.definition': the input of a custom tool is held "
+                             f"to its grammar written as one regular expression, and {exc}.",
+                             param=f"{param}.definition") from exc  # fmt: skip
 
 
 def _typed(raw: Any, param: str) -> Mapping[str, Any]:
@@ -307,12 +328,8 @@ def call_grammar(
 
 
 def _arguments_rule(tool: Tool, rule: str, *, relaxed: bool, compact: bool) -> str:
-    if tool.grammar is not None and not relaxed:
-        inner = json_string_grammar(tool.grammar, prefix=f"{rule}_")
-        if inner is not None:
-            gap, space = ("", '" "') if compact else ("WS?", "WS?")
-            return (f'{rule}: "{{" {gap} "\\"input\\"" {gap} ":" {space} "\\"" {rule}_start '
-                    f'"\\"" {gap} "}}"\n{inner}\n')  # fmt: skip
-    schema = ANY_OBJECT if relaxed else tool.parameters
+    # `relaxed` is for schemas the compiler cannot take; a custom tool's pattern was checked
+    # when the request was read, so it stays.
+    schema = tool.call_schema if tool.pattern is not None or not relaxed else ANY_OBJECT
     schema = {**schema, "x-guidance": COMPACT_JSON if compact else {"whitespace_flexible": True}}
     return f"{rule}: %json {json.dumps(schema)}\n"

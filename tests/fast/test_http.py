@@ -324,7 +324,7 @@ def test_custom_tool_grammar_constrains_the_input() -> None:
                         "definition": APPLY_PATCH_GRAMMAR.read_text()}}  # fmt: skip
     _post({"model": "m", "input": "x", "tools": [patch], "tool_choice": "required"}, engine)
     constraint = engine.plans[-1].constraint
-    assert constraint is not None and "args_0_start" in constraint.source
+    assert constraint is not None and '"pattern": "^\\\\*\\\\*\\\\* Begin' in constraint.source
     freeform = {"type": "custom", "name": "note"}
     _post({"model": "m", "input": "x", "tools": [freeform], "tool_choice": "required"}, engine)
     constraint = engine.plans[-1].constraint
