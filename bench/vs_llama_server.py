@@ -1,0 +1,456 @@
+"""oars against llama.cpp's own `llama-server` on the same GGUF, as ratios oars / llama-server.
+
+    make llama-server     # once: build/llama-server/bin/llama-server
+    .venv/bin/python -m bench.vs_llama_server [--reps 3] [--oars-args "--parallel 4"] [--json]
+
+The reference is built by `make llama-server` from the llama.cpp vendored in the sdist of the
+installed llama-cpp-python, so both servers run the same ggml kernels. pip built that wheel here
+from source with llama.cpp's defaults (Release, GGML_NATIVE i.e. -march=native, OpenMP, llamafile
+kernels; its system info shows AVX512 on this machine), and the target asks for the same flags
+(static libraries instead of shared ones; no curl, OpenSSL or web UI: nothing a benchmark uses).
+
+Both servers live for the whole run, on the same GGUF with the same threads, but only one is
+driven at a time: every measure alternates oars / llama-server rep by rep, so machine noise hits
+both alike. llama-server gets `--parallel` slots (default 4) of `--ctx` tokens each, with its
+prompt cache on (its default). Both get the same messages, each rendering them with the GGUF's
+chat template (the table reports both prompt token counts), sampled greedily (temperature 0). oars
+is asked `POST /v1/responses` (`instructions` + input messages), llama-server `POST
+/v1/chat/completions`, both streamed; a first token is the first text delta.
+
+1. decode tok/s of one stream (tokens from usage, after the first);
+2. time to first token of a fresh ~100-token prompt, then of the same prompt again (cached);
+3. time to first token of a fresh 2,000-token prompt (prefill);
+4. aggregate tok/s of 4 concurrent streams over that of 1, on each server (scaling);
+5. 16 concurrent streams: all complete, the slowest first token, and whether each stream's first
+   token came while another stream was still running (a one-at-a-time server fails this);
+6. an agent's next turn: a 2,000-token conversation is sent, then again with the reply and a
+   short new user turn; time to first token, and the prompt tokens each server reports cached;
+7. a Codex-sized new session: an ~8,000-token system prompt is sent, the server restarted, then
+   the same system prompt with another user message: time to first token after the restart. oars
+   keeps its OARS_HOME (a temporary folder kept for the run); llama-server keeps nothing on disk.
+   An 8,000-token prefill takes over a minute on 2 cores, so this one runs `--codex-reps` (1).
+
+On 2 cores the defaults take about 12 minutes. Another busy process ruins every number: llama.cpp's
+threads wait for each other at every step, so one descheduled thread stalls them all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from oars.weights import pull
+from tests.model.conftest import _free_port, _wait_ready
+
+LLAMA_SERVER = Path(__file__).resolve().parents[1] / "build/llama-server/bin/llama-server"
+Chat = list[dict[str, str]]
+COUNT = "Count from 1 to 300, separated by commas, and nothing else."
+WORDS = ("alpha", "batch", "cache", "delta", "engine", "filter", "gamma", "handler", "index",
+         "jitter", "kernel", "lambda", "matrix", "node", "offset", "parser", "queue", "router",
+         "stream", "tensor", "update", "vector", "worker", "buffer", "commit", "socket",
+         "thread", "module", "import", "return", "value", "config", "branch")  # fmt: skip
+
+
+@dataclass
+class Stream:
+    """One streamed request, timed on the client (perf_counter seconds)."""
+
+    start: float
+    first: float = 0.0
+    last: float = 0.0
+    end: float = 0.0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    output_tokens: int = 0
+    text: str = ""
+
+    @property
+    def ttft(self) -> float:
+        return self.first - self.start
+
+    @property
+    def decode_tps(self) -> float:
+        return (self.output_tokens - 1) / (self.last - self.first)
+
+
+def _oars_body(chat: Chat, max_tokens: int) -> dict[str, Any]:
+    return {"model": "bench", "instructions": chat[0]["content"], "input": chat[1:],
+            "temperature": 0, "max_output_tokens": max_tokens, "stream": True, "store": False}  # fmt: skip
+
+
+def _oars_event(event: dict[str, Any], stream: Stream, now: float) -> None:
+    if event["type"] == "response.output_text.delta":
+        stream.first = stream.first or now
+        stream.last = now
+        stream.text += event["delta"]
+    elif event["type"] in ("response.completed", "response.incomplete"):
+        usage = event["response"]["usage"]
+        stream.prompt_tokens, stream.output_tokens = usage["input_tokens"], usage["output_tokens"]
+        stream.cached_tokens = (usage.get("input_tokens_details") or {}).get("cached_tokens", 0)
+
+
+def _llama_body(chat: Chat, max_tokens: int) -> dict[str, Any]:
+    return {"messages": chat, "temperature": 0, "max_tokens": max_tokens, "stream": True,
+            "stream_options": {"include_usage": True}}  # fmt: skip
+
+
+def _llama_event(event: dict[str, Any], stream: Stream, now: float) -> None:
+    text = "".join((c.get("delta") or {}).get("content") or "" for c in event.get("choices", []))
+    if text:
+        stream.first = stream.first or now
+        stream.last = now
+        stream.text += text
+    if event.get("usage"):
+        stream.prompt_tokens = event["usage"]["prompt_tokens"]
+        stream.output_tokens = event["usage"]["completion_tokens"]
+    if event.get("timings"):
+        stream.cached_tokens = event["timings"].get("cache_n", 0)
+
+
+@dataclass
+class Server:
+    """A server process the bench can restart, and how to talk to it."""
+
+    name: str
+    cmd: Callable[[int], list[str]]  # the command line for a port
+    path: str
+    body: Callable[[Chat, int], dict[str, Any]]
+    event: Callable[[dict[str, Any], Stream, float], None]
+    log: Path
+    env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+    proc: subprocess.Popen[bytes] | None = None
+    base: str = ""
+
+    def start(self) -> None:
+        port = _free_port()
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(self.cmd(port), stdout=out, stderr=subprocess.STDOUT,
+                                         env=self.env)  # fmt: skip
+        self.base = f"http://127.0.0.1:{port}"
+        _wait_ready(self.base, self.proc, self.log)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
+
+    async def stream(self, client: httpx.AsyncClient, chat: Chat, max_tokens: int) -> Stream:
+        stream = Stream(time.perf_counter())
+        body = self.body(chat, max_tokens)
+        async with client.stream("POST", f"{self.base}{self.path}", json=body) as r:
+            if r.status_code != 200:
+                raise RuntimeError(
+                    f"{self.name}: HTTP {r.status_code}: {(await r.aread())[:500]!r}"
+                )
+            async for line in r.aiter_lines():
+                if line.startswith("data: ") and line != "data: [DONE]":
+                    self.event(json.loads(line[6:]), stream, time.perf_counter())
+        stream.end = time.perf_counter()
+        if not stream.first or not stream.output_tokens:
+            raise RuntimeError(f"{self.name}: a stream with no text or no usage")
+        return stream
+
+    async def _gather(self, chats: list[Chat], max_tokens: int) -> list[Stream]:
+        limits = httpx.Limits(max_connections=len(chats) + 1)
+        async with httpx.AsyncClient(timeout=600, limits=limits) as client:
+            return list(await asyncio.gather(*(self.stream(client, c, max_tokens) for c in chats)))
+
+    def many(self, chats: list[Chat], max_tokens: int) -> list[Stream]:
+        """The chats streamed concurrently, each from its own connection."""
+        return asyncio.run(self._gather(chats, max_tokens))
+
+    def one(self, chat: Chat, max_tokens: int) -> Stream:
+        return self.many([chat], max_tokens)[0]
+
+
+def _filler(rng: random.Random, num_tokens: int) -> str:
+    """Lines of random words, about `num_tokens` tokens: each word is one token of the default
+    model's tokenizer, a line 14 (the servers report the exact counts)."""
+    lines = (" ".join(rng.choice(WORDS) for _ in range(12)) for _ in range(num_tokens // 14 or 1))
+    return "\n".join(f"- {line}." for line in lines)
+
+
+def _chat(seed: str, num_tokens: int, user: str) -> Chat:
+    """A system prompt of about `num_tokens`, unique to `seed` from its first token, and `user`.
+    Both servers get the same `seed`s, so the same prompts."""
+    notes = _filler(random.Random(seed), num_tokens)
+    system = f"Session {seed}. You are a helpful assistant. Notes:\n{notes}"
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+@dataclass
+class Row:
+    measure: str
+    oars: float
+    llama: float
+    unit: str = ""
+    digits: int = 3
+
+    @property
+    def ratio(self) -> float:
+        return self.oars / self.llama if self.llama else float("nan")
+
+
+def _median(values: Iterator[float] | list[float]) -> float:
+    return statistics.median(list(values))
+
+
+def _alternate(servers: tuple[Server, Server], reps: int, run: Callable[[Server, int], Any]
+               ) -> tuple[list[Any], list[Any]]:  # fmt: skip
+    """`run(server, rep)` for each rep on both servers, the first one first on even reps."""
+    out: dict[str, list[Any]] = {s.name: [] for s in servers}
+    for rep in range(reps):
+        for server in servers if rep % 2 == 0 else servers[::-1]:
+            out[server.name].append(run(server, rep))
+    return out[servers[0].name], out[servers[1].name]
+
+
+def _counting(seed: str, num_chats: int) -> list[Chat]:
+    return [_chat(f"{seed} {i}", 20, COUNT) for i in range(num_chats)]
+
+
+def _decode(servers: tuple[Server, Server], reps: int, tokens: int) -> list[Row]:
+    def run(server: Server, rep: int) -> Stream:
+        return server.one(_chat(f"decode {rep}", 20, COUNT), tokens)
+
+    a, b = _alternate(servers, reps, run)
+    return [Row(f"decode tok/s, 1 stream, {tokens} tokens", _median(s.decode_tps for s in a),
+                _median(s.decode_tps for s in b), "tok/s", 1)]  # fmt: skip
+
+
+def _ttft(servers: tuple[Server, Server], reps: int) -> list[Row]:
+    def run(server: Server, rep: int) -> tuple[Stream, Stream]:
+        chat = _chat(f"ttft {rep}", 80, "Say hello.")
+        return server.one(chat, 4), server.one(chat, 4)
+
+    a, b = _alternate(servers, reps, run)
+    return [
+        Row("prompt tokens, ~100-token prompt", a[0][0].prompt_tokens, b[0][0].prompt_tokens, "", 0),
+        Row("TTFT, cold ~100-token prompt", _median(c.ttft for c, _ in a),
+            _median(c.ttft for c, _ in b), "s"),
+        Row("TTFT, the same prompt again (cached)", _median(w.ttft for _, w in a),
+            _median(w.ttft for _, w in b), "s"),
+    ]  # fmt: skip
+
+
+def _prefill(servers: tuple[Server, Server], reps: int) -> list[Row]:
+    def run(server: Server, rep: int) -> Stream:
+        return server.one(_chat(f"prefill {rep}", 2000, "Summarize the notes in one sentence."), 4)
+
+    a, b = _alternate(servers, reps, run)
+    return [
+        Row("prompt tokens, 2,000-token prompt", a[0].prompt_tokens, b[0].prompt_tokens, "", 0),
+        Row("TTFT, fresh 2,000-token prompt (prefill)", _median(s.ttft for s in a),
+            _median(s.ttft for s in b), "s"),
+    ]  # fmt: skip
+
+
+def _aggregate(streams: list[Stream]) -> float:
+    """Output tokens of all streams over the wall time from the first start to the last end."""
+    wall = max(s.end for s in streams) - min(s.start for s in streams)
+    return sum(s.output_tokens for s in streams) / wall
+
+
+def _scaling(servers: tuple[Server, Server], reps: int, tokens: int) -> list[Row]:
+    def run(server: Server, rep: int) -> tuple[float, float]:
+        single = _aggregate(server.many(_counting(f"one {rep}", 1), tokens))
+        return single, _aggregate(server.many(_counting(f"four {rep}", 4), tokens))
+
+    a, b = _alternate(servers, reps, run)
+    return [
+        Row(f"aggregate tok/s, 1 stream, {tokens} tokens (wall)", _median(x for x, _ in a),
+            _median(x for x, _ in b), "tok/s", 1),
+        Row(f"aggregate tok/s, 4 concurrent streams, {tokens} tokens each",
+            _median(y for _, y in a), _median(y for _, y in b), "tok/s", 1),
+        Row("**scaling, 4 streams / 1 stream** (oars target: 2.5)",
+            _median(y / x for x, y in a), _median(y / x for x, y in b), "×", 2),
+    ]  # fmt: skip
+
+
+def _overlapped(streams: list[Stream]) -> int:
+    """Streams whose first token came while some other stream had not finished yet."""
+    ends = [s.end for s in streams]
+    return sum(s.first < max(ends[:i] + ends[i + 1 :]) for i, s in enumerate(streams))
+
+
+def _sixteen(servers: tuple[Server, Server], reps: int, tokens: int) -> list[Row]:
+    def run(server: Server, rep: int) -> list[Stream]:
+        return server.many(_counting(f"sixteen {rep}", 16), tokens)
+
+    a, b = _alternate(servers, reps, run)
+    return [
+        Row(f"16 concurrent streams of {tokens} tokens: completed (all reps)",
+            sum(len(r) for r in a), sum(len(r) for r in b), "", 0),
+        Row("16 streams: max TTFT", _median(max(s.ttft for s in r) for r in a),
+            _median(max(s.ttft for s in r) for r in b), "s"),
+        Row("16 streams: first token while another still ran (worst rep, of 16)",
+            min(_overlapped(r) for r in a), min(_overlapped(r) for r in b), "", 0),
+        Row("16 streams: aggregate tok/s", _median(_aggregate(r) for r in a),
+            _median(_aggregate(r) for r in b), "tok/s", 1),
+    ]  # fmt: skip
+
+
+def _conversation(seed: str) -> Chat:
+    """~2,000 tokens of an agent's session: a system prompt and three earlier turns."""
+    chat = _chat(seed, 1100, "Read the notes and list the ones about the parser.")
+    rng = random.Random(f"{seed} turns")
+    for n in range(3):
+        chat += [{"role": "assistant", "content": _filler(rng, 180)},
+                 {"role": "user", "content": f"Turn {n + 2}: {_filler(rng, 60)}"}]  # fmt: skip
+    return chat
+
+
+def _agent(servers: tuple[Server, Server], reps: int) -> list[Row]:
+    def run(server: Server, rep: int) -> tuple[Stream, Stream]:
+        chat = _conversation(f"agent {rep}")
+        before = server.one(chat, 16)
+        chat += [{"role": "assistant", "content": before.text},
+                 {"role": "user", "content": "Now rename the variable x to y."}]  # fmt: skip
+        return before, server.one(chat, 4)
+
+    a, b = _alternate(servers, reps, run)
+    return [
+        Row("agent turn N: prompt tokens", a[0][1].prompt_tokens, b[0][1].prompt_tokens, "", 0),
+        Row("agent turn N: previous turn's prompt + output tokens",
+            a[0][0].prompt_tokens + a[0][0].output_tokens,
+            b[0][0].prompt_tokens + b[0][0].output_tokens, "", 0),
+        Row("agent turn N: cached tokens reported (min over reps)",
+            min(n.cached_tokens for _, n in a), min(n.cached_tokens for _, n in b), "", 0),
+        Row("agent turn N: TTFT", _median(n.ttft for _, n in a), _median(n.ttft for _, n in b), "s"),
+    ]  # fmt: skip
+
+
+def _codex(servers: tuple[Server, Server], reps: int) -> list[Row]:
+    def run(server: Server, rep: int) -> tuple[Stream, Stream]:
+        chat = _chat(f"codex {rep}", 8000, "Where is the main entry point?")
+        cold = server.one(chat, 4)
+        server.stop()
+        server.start()
+        chat[1] = {"role": "user", "content": "List the files you would read first."}
+        return cold, server.one(chat, 4)
+
+    a, b = _alternate(servers, reps, run)
+    return [
+        Row("Codex session: prompt tokens", a[0][1].prompt_tokens, b[0][1].prompt_tokens, "", 0),
+        Row("Codex session: TTFT, first send (cold)", _median(c.ttft for c, _ in a),
+            _median(c.ttft for c, _ in b), "s"),
+        Row("Codex session: cached tokens after the restart (min over reps)",
+            min(n.cached_tokens for _, n in a), min(n.cached_tokens for _, n in b), "", 0),
+        Row("**Codex session: TTFT after a server restart**", _median(n.ttft for _, n in a),
+            _median(n.ttft for _, n in b), "s"),
+    ]  # fmt: skip
+
+
+def _servers(args: argparse.Namespace, model: Path, home: Path) -> tuple[Server, Server]:
+    threads = str(args.threads)
+
+    def oars(port: int) -> list[str]:
+        return [sys.executable, "-m", "oars.cli", "serve", "--model", str(model),
+                "--port", str(port), "--threads", threads, "--ctx", str(args.ctx),
+                "--log-level", "warning", *shlex.split(args.oars_args)]  # fmt: skip
+
+    def llama(port: int) -> list[str]:
+        return [str(args.llama_server), "-m", str(model), "--host", "127.0.0.1",
+                "--port", str(port), "-t", threads, "--parallel", str(args.parallel),
+                "-c", str(args.ctx * args.parallel), *shlex.split(args.llama_args)]  # fmt: skip
+
+    return (
+        Server("oars", oars, "/v1/responses", _oars_body, _oars_event, home / "oars.log",
+               env={**os.environ, "OARS_HOME": str(home)}),
+        Server("llama-server", llama, "/v1/chat/completions", _llama_body, _llama_event,
+               home / "llama-server.log"),
+    )  # fmt: skip
+
+
+def _measure(args: argparse.Namespace, servers: tuple[Server, Server]) -> list[Row]:
+    for server in servers:
+        server.one(_chat("warm-up", 20, "Say hello."), 4)
+    steps: list[tuple[str, Callable[[], list[Row]]]] = [
+        ("decode", lambda: _decode(servers, args.reps, args.tokens)),
+        ("ttft", lambda: _ttft(servers, args.reps)),
+        ("prefill", lambda: _prefill(servers, args.reps)),
+        ("4 streams", lambda: _scaling(servers, args.reps, args.tokens)),
+        ("16 streams", lambda: _sixteen(servers, args.reps, args.tokens16)),
+        ("agent turn", lambda: _agent(servers, args.reps)),
+        ("codex session", lambda: _codex(servers, args.codex_reps)),
+    ]
+    rows: list[Row] = []
+    for name, step in steps:
+        start = time.perf_counter()
+        rows += step()
+        print(f"{name}: {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
+    return rows
+
+
+def _table(rows: list[Row], args: argparse.Namespace) -> str:
+    lines = [f"oars {args.oars_args or '(defaults)'} vs llama-server --parallel {args.parallel}, "
+             f"{args.threads} threads, median of {args.reps} alternating reps "
+             f"(Codex session: {args.codex_reps})", "",
+             "| measure | oars | llama-server | oars / llama-server |", "|---|---|---|---|"]  # fmt: skip
+    for row in rows:
+        unit = f" {row.unit}" if row.unit else ""
+        lines.append(f"| {row.measure} | {row.oars:,.{row.digits}f}{unit} | "
+                     f"{row.llama:,.{row.digits}f}{unit} | {row.ratio:.2f} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--codex-reps", type=int, default=1, help="reps of the restart test")
+    parser.add_argument("--tokens", type=int, default=128, help="output tokens of decode streams")
+    parser.add_argument("--tokens16", type=int, default=48, help="output tokens of the 16 streams")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--ctx", type=int, default=16384, help="context of each sequence")
+    parser.add_argument("--parallel", type=int, default=4, help="llama-server's slots")
+    parser.add_argument(
+        "--oars-args", default="", help='extra `oars serve` flags, e.g. "--parallel 4"'
+    )
+    parser.add_argument("--llama-args", default="", help="extra llama-server flags")
+    parser.add_argument("--llama-server", type=Path, default=LLAMA_SERVER)
+    parser.add_argument("--model", type=Path, default=None, help="a GGUF (default: oars's own)")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    args = parser.parse_args()
+    if not args.llama_server.exists():
+        sys.exit(f"{args.llama_server} is missing: run `make llama-server` first")
+    args.model = args.model or pull()
+    with tempfile.TemporaryDirectory(prefix="oars-vs-llama-") as tmp:
+        servers = _servers(args, args.model, Path(tmp))
+        try:
+            for server in servers:
+                server.start()
+            rows = _measure(args, servers)
+        finally:
+            for server in servers:
+                server.stop()
+    if args.json:
+        print(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
+                          "rows": [{"measure": r.measure, "oars": r.oars, "llama_server": r.llama,
+                                    "ratio": r.ratio, "unit": r.unit} for r in rows]}, indent=2))  # fmt: skip
+    else:
+        print(_table(rows, args))
+
+
+if __name__ == "__main__":
+    main()
