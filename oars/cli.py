@@ -53,9 +53,22 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default=_env("HOST", "127.0.0.1"))
     serve.add_argument("--port", type=int, default=int(_env("PORT", "8000")))
     serve.add_argument(
-        "--ctx", type=int, default=int(_env("CTX", "16384")), help="context window in tokens"
+        "--ctx",
+        type=int,
+        default=int(_env("CTX", "16384")),
+        help="context window of each sequence, in tokens",
     )
     serve.add_argument("--threads", type=int, default=None)
+    serve.add_argument("--parallel", type=int, default=_env_int("PARALLEL"),
+                       help="sequences decoded at once (default: 4, fewer past a 16k --ctx)")  # fmt: skip
+    serve.add_argument("--queue-depth", type=int, default=_env_int("QUEUE_DEPTH") or 64,
+                       help="requests that may wait for a sequence; past them, 429")  # fmt: skip
+    serve.add_argument("--prefill-chunk", type=int, default=256,
+                       help="prompt tokens fed per step (a step's pause for running streams)")  # fmt: skip
+    serve.add_argument("--prefix-cache-mb", type=int, default=_env_int("PREFIX_CACHE_MB") or 2048,
+                       help="disk kept for evaluated long prompts under OARS_HOME (0: none)")  # fmt: skip
+    serve.add_argument("--prefix-cache-min-tokens", type=int, default=1024,
+                       help="the shortest prompt worth keeping on disk")  # fmt: skip
     serve.add_argument("--gpu-layers", type=int, default=_env_int("GPU_LAYERS"),
                        help="layers to offload to a GPU (-1: all; default: all when the engine "
                        "was built with a GPU backend, `make serve GPU=cuda|metal|vulkan`)")  # fmt: skip
@@ -179,9 +192,15 @@ def _serve(args: argparse.Namespace) -> None:
         if path is None:
             path, model_id = pull(), model_id or DEFAULT_MODEL.name
         layers = gpu_layers(args.gpu_layers)
-        engine = LlamaEngine(Path(path), model_id=model_id, n_ctx=args.ctx, n_threads=args.threads,
-                             tool_format=args.tool_format, n_gpu_layers=layers)  # fmt: skip
-        print(f"oars: {engine.info.id}: {describe(layers)}", flush=True)
+        engine = LlamaEngine(
+            Path(path), model_id=model_id, n_ctx=args.ctx, n_threads=args.threads,
+            tool_format=args.tool_format, n_gpu_layers=layers, parallel=args.parallel,
+            queue_depth=args.queue_depth, prefill_chunk=args.prefill_chunk,
+            prefix_folder=oars_home() / "prefixes", prefix_bytes=args.prefix_cache_mb * 2**20,
+            prefix_min_tokens=args.prefix_cache_min_tokens,
+        )  # fmt: skip
+        print(f"oars: {engine.info.id}: {describe(layers)}, {engine.parallel} sequences of "
+              f"{args.ctx} tokens, {engine.queue_depth} may wait", flush=True)  # fmt: skip
         engines[engine.info.id] = engine
     for config in upstreams:
         if config.model in engines:

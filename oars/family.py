@@ -88,7 +88,7 @@ class Family:
     def plan(self, request: EngineRequest) -> Plan:
         """The grammar, callable tools, opening ban and template variables for one request."""
         tools, constraint = self._constraint(request)
-        ban = _BARE_CALL_OPENINGS if self._after_output_guard(request, tools) else ()
+        ban = BARE_CALL_OPENINGS if self._after_output_guard(request, tools) else ()
         return Plan(tools, constraint, ban, template_switches(request.reasoning_effort))
 
     def _after_output_guard(self, request: EngineRequest, tools: ToolSet) -> bool:
@@ -130,7 +130,7 @@ class Family:
 
 # After a tool result, small models tend to repeat the call as a bare JSON object instead of
 # answering: the reply may not open with these, while calls in the family's tags stay possible.
-_BARE_CALL_OPENINGS = ("{", "`", "(", "[", '"')
+BARE_CALL_OPENINGS = ("{", "`", "(", "[", '"')
 
 
 def _hermes_triggers(guards: bool) -> tuple[str, ...]:

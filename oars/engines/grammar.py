@@ -25,14 +25,16 @@ class Grammars:
     def __init__(self, vocab: Any, n_vocab: int) -> None:
         self._vocab, self._n_vocab = vocab, n_vocab
         self._tokenizer: Any = None
+        self._lock = threading.Lock()
 
     @property
     def tokenizer(self) -> Any:
-        if self._tokenizer is None:
-            from llguidance.llamacpp import lltokenizer_from_vocab
+        with self._lock:  # built once (seconds), even when warming and a request ask at once
+            if self._tokenizer is None:
+                from llguidance.llamacpp import lltokenizer_from_vocab
 
-            self._tokenizer = lltokenizer_from_vocab(self._vocab, n_vocab=self._n_vocab)
-        return self._tokenizer
+                self._tokenizer = lltokenizer_from_vocab(self._vocab, n_vocab=self._n_vocab)
+            return self._tokenizer
 
     def compile(self, constraint: Constraint) -> str:
         """The llguidance grammar for a constraint; `InvalidRequest` if it is not usable."""
@@ -95,16 +97,25 @@ class TokenMask:
         self._matcher = LLMatcher(tokenizer, grammar, log_level=0, limits=limits())
         self._bitmask = allocate_token_bitmask(1, n_vocab)
         self._n_vocab = n_vocab
+        self._filled = False
 
-    def apply(self, logits: np.ndarray) -> None:
-        """Set the logits of tokens the grammar forbids next to -inf, in place."""
+    def fill(self) -> None:
+        """Compute the mask of what may come next (llguidance leaves the GIL meanwhile, so a
+        batch's masks are computed in parallel, and alongside the forward pass)."""
         from llguidance.numpy import fill_next_token_bitmask
 
         fill_next_token_bitmask(self._matcher, self._bitmask, 0)
+        self._filled = True
+
+    def apply(self, logits: np.ndarray) -> None:
+        """Set the logits of tokens the grammar forbids next to -inf, in place."""
+        if not self._filled:
+            self.fill()
         bits = np.unpackbits(self._bitmask.view(np.uint8), bitorder="little")[: self._n_vocab]
         logits[bits == 0] = -np.inf
 
     def consume(self, tokens: list[int]) -> None:
+        self._filled = False
         if not self._matcher.consume_tokens(tokens):
             raise RuntimeError(f"grammar rejected a token: {self._matcher.get_error()}")
 

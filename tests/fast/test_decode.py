@@ -1,4 +1,4 @@
-"""The llama.cpp decode loop on a fake model: a vocabulary and a scripted argmax per step."""
+"""One sequence's sampling on a fake model: a vocabulary and a scripted argmax per step."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from oars.engines.base import ModelInfo
-from oars.engines.llama import Prepared, _Decode, _Job
+from oars.engines.llama import Prepared, _Sequence
 from oars.generation import (
     ChatMessage,
     EngineChunk,
@@ -23,35 +23,14 @@ VOCAB = {EOS: b"", 1: b"The answer", 2: b" is 4", 3: b".", 4: b"E", **CONTROL}
 
 
 @dataclass
-class FakeLlm:
-    script: list[int]
-    step: int = 0
-
-    def eval(self, tokens: object) -> None:
-        pass
-
-
-@dataclass
 class FakeEngine:
-    """What `_Decode` uses of `LlamaEngine`: each step's logits put the script's token on top."""
+    """What `_Sequence` uses of `LlamaEngine`."""
 
     script: list[int]
     markers: frozenset[int] = frozenset()
     info: ModelInfo = field(default_factory=lambda: ModelInfo("fake", 4096))
     n_ctx: int = 4096
     grammars: None = None
-
-    def __post_init__(self) -> None:
-        self.llm = FakeLlm(self.script)
-
-    def reuse_prefix(self, tokens: object) -> int:
-        return 0
-
-    def logits(self) -> np.ndarray:
-        logits = np.linspace(0.0, 1.0, len(VOCAB), dtype=np.float32)
-        logits[self.llm.script[self.llm.step]] = 30.0
-        self.llm.step += 1
-        return logits
 
     def is_end(self, token: int) -> bool:
         return token in (EOS, CALL_END)
@@ -71,7 +50,13 @@ def _decode(engine: FakeEngine, **sampling: object) -> list[EngineChunk]:
     chunks: list[EngineChunk] = []
     params = SamplingParams(**{"temperature": 0.0, **sampling})  # type: ignore[arg-type]
     request = EngineRequest(messages=(ChatMessage("user", "q"),), sampling=params)
-    _Decode(engine, _Job(Prepared(request, PassThrough(), "q", (1,)), chunks.append)).run()  # type: ignore[arg-type]
+    sequence = _Sequence(engine, Prepared(request, PassThrough(), "q", (1,)), chunks.append)  # type: ignore[arg-type]
+    sequence.start(cached=0)
+    for token in engine.script:  # each step's logits put the script's token on top
+        logits = np.linspace(0.0, 1.0, len(VOCAB), dtype=np.float32)
+        logits[token] = 30.0
+        if sequence.step(logits) is None:
+            break
     return chunks
 
 

@@ -85,15 +85,17 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, llama_upstream: str) -> It
 SECRET_KEY = "b2Fycy10ZXN0LWtleS1vbmx5LWZvci10aGUtc3VpdGU="
 
 
-def _serve(tmp_path_factory: pytest.TempPathFactory, *args: str) -> Iterator[str]:
+def _serve(
+    tmp_path_factory: pytest.TempPathFactory, *args: str, env: dict[str, str] | None = None
+) -> Iterator[str]:
     port = _free_port()
     folder = tmp_path_factory.mktemp("server")
     log = folder / "oars.log"
     cmd = [sys.executable, "-m", "oars.cli", "serve", "--port", str(port),
            "--store", str(folder / "oars.db"), *args]  # fmt: skip
     with open(log, "wb") as out:
-        env = {**os.environ, "OARS_SECRET_KEY": SECRET_KEY}
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+        environ = {**os.environ, "OARS_SECRET_KEY": SECRET_KEY, **(env or {})}
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=environ)
     base = f"http://127.0.0.1:{port}"
     try:
         _wait_ready(base, proc, log)

@@ -1,0 +1,327 @@
+"""Continuous batching: many sequences decoded together, one forward pass per step.
+
+A `Batcher` owns a model context that holds `parallel` sequences (slots). Each step it feeds the
+context one batch: the last sampled token of every running sequence, then chunks of waiting
+prompts (a long prompt is fed a chunk per step, so running streams keep getting a token every
+step). Requests join between steps and leave when they end or are cancelled.
+
+A slot keeps its sequence's tokens in the context after the request ends, so the next request
+goes to the free slot sharing the longest prefix with its prompt and evaluates only the rest.
+Long prompts are also kept on disk (`PrefixStore`) and loaded into a slot when that beats every
+slot's own prefix: a new process serves a known agent prompt without evaluating it again.
+
+The batcher knows nothing of sampling or text: a `Work` turns logits into its next token.
+Masks of constrained sequences are computed while the forward pass runs (both leave the GIL).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, Future
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from oars.engines.prefix_store import PrefixStore, common_prefix
+from oars.errors import EngineError, RateLimited
+
+log = logging.getLogger("oars.engine")
+
+
+class Place:
+    """An accepted request's place, held until its generation ends (or it is dropped)."""
+
+    def __init__(self, release: Callable[[], None]) -> None:
+        self._release: Callable[[], None] | None = release
+
+    def release(self) -> None:
+        release, self._release = self._release, None
+        if release is not None:
+            release()
+
+
+class Capacity:
+    """Accepted requests: `parallel` running and `queue_depth` waiting. Past that, a 429;
+    nothing accepted is ever dropped to make room."""
+
+    def __init__(self, parallel: int, queue_depth: int) -> None:
+        self.parallel, self.queue_depth = parallel, queue_depth
+        self.accepted = 0
+        self._lock = threading.Lock()
+
+    def take(self) -> Place:
+        with self._lock:
+            if self.accepted >= self.parallel + self.queue_depth:
+                raise RateLimited(
+                    f"This server is at capacity ({self.parallel} generations running and "
+                    f"{self.queue_depth} waiting); retry shortly.", retry_after=1,
+                )  # fmt: skip
+            self.accepted += 1
+        return Place(self._leave)
+
+    def _leave(self) -> None:
+        with self._lock:
+            self.accepted -= 1
+
+
+@dataclass(frozen=True)
+class Feed:
+    """Tokens of one sequence for one step, at positions `start`…; `output`: logits of the
+    last one are wanted."""
+
+    seq: int
+    tokens: Sequence[int]
+    start: int
+    output: bool
+
+
+class Context(Protocol):
+    """A model context with one KV memory per sequence."""
+
+    n_batch: int
+
+    def decode(self, feeds: Sequence[Feed]) -> None:
+        """One forward pass; `EngineError` if it failed (the fed sequences are then unknown)."""
+
+    def logits(self, index: int) -> np.ndarray:
+        """A copy of the logits of the `index`-th output of the last pass."""
+
+    def forget(self, seq: int, start: int) -> bool:
+        """Drop a sequence's tokens from position `start` on; False if this memory cannot cut
+        a sequence there (start 0 always works)."""
+
+    def save(self, seq: int) -> bytes:
+        """The sequence's state, to `load` into any slot later."""
+
+    def load(self, seq: int, state: bytes) -> bool:
+        """Replace a sequence's state with a saved one; False if it did not fit."""
+
+
+class Work(Protocol):
+    """One request's generation, as the batcher sees it."""
+
+    prompt: tuple[int, ...]
+    reuse: bool  # may start from cached tokens (a seeded run evaluates its whole prompt)
+
+    @property
+    def cancelled(self) -> bool: ...
+
+    def start(self, cached: int) -> None:
+        """Admitted: the first `cached` prompt tokens are already in the context."""
+
+    def before_step(self) -> Callable[[], object] | None:
+        """Work to overlap with the forward pass that produces this sequence's next logits
+        (computing its grammar mask), or None."""
+
+    def step(self, logits: np.ndarray) -> int | None:
+        """Choose the next token from its logits; None when the generation has ended."""
+
+    def fail(self, error: BaseException) -> None: ...
+
+
+@dataclass(eq=False)
+class Slot:
+    seq: int
+    tokens: list[int] = field(default_factory=list)  # what the context holds, in order
+    work: Work | None = None
+    pending: int | None = None  # sampled, not yet fed
+    used: int = 0  # the step it was last given, for least-recently-used choice
+
+
+class Batcher:
+    """Schedules works onto the context's slots; `run()` is its thread."""
+
+    def __init__(
+        self, context: Context, parallel: int, *, prefill_chunk: int = 256,
+        prefix_store: PrefixStore | None = None, overlap: Executor | None = None,
+    ) -> None:  # fmt: skip
+        self.context = context
+        self.slots = [Slot(seq) for seq in range(parallel)]
+        self.prefill_chunk = max(1, min(prefill_chunk, context.n_batch))
+        self.prefix_store = prefix_store
+        self._overlap = overlap
+        self._waiting: deque[Work] = deque()
+        self._wake = threading.Condition()
+        self._admitted: list[Slot] = []  # running slots, oldest first (prefill goes in order)
+        self._clock = 0
+        self._prompt_turn = True
+
+    # ---- what other threads see -----------------------------------------------------
+
+    def submit(self, work: Work) -> None:
+        with self._wake:
+            self._waiting.append(work)
+            self._wake.notify()
+
+    @property
+    def running(self) -> int:
+        return len(self._admitted)
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    def run(self) -> None:
+        while True:
+            with self._wake:
+                while not self._waiting and not self._admitted:
+                    self._wake.wait()
+            try:
+                self.step()
+            except Exception:  # the thread must survive anything one step does
+                log.exception("batch step failed")
+
+    # ---- one step -------------------------------------------------------------------
+
+    def step(self) -> None:
+        """Admit what fits, feed one batch, sample each sequence that got logits."""
+        self._clock += 1
+        self._drop_cancelled()
+        self._admit()
+        feeds, owners = self._plan()
+        if not feeds:
+            return
+        overlapped = self._start_overlap(owners, feeds)
+        try:
+            self.context.decode(feeds)
+        except EngineError as exc:
+            for slot in dict.fromkeys(owners):
+                self._fail(slot, exc)
+            return
+        finally:
+            for done in overlapped:
+                done.result()
+        row = 0
+        for feed, slot in zip(feeds, owners, strict=True):
+            slot.tokens.extend(feed.tokens)
+            slot.pending = None
+            if not feed.output:
+                continue
+            logits = self.context.logits(row)
+            row += 1
+            if slot.work is None:  # failed while overlapping
+                continue
+            if len(slot.tokens) == len(slot.work.prompt):
+                self._keep_prefix(slot)
+            try:
+                token = slot.work.step(logits)
+            except Exception as exc:
+                log.exception("sampling failed")
+                self._fail(slot, EngineError(f"generation failed: {exc}"))
+                continue
+            if token is None:
+                self._release(slot)
+            else:
+                slot.pending = token
+
+    def _plan(self) -> tuple[list[Feed], list[Slot]]:
+        """This step's batch: the last token of every running sequence, or a chunk of the
+        oldest waiting prompt (in turn when there are both, so a long prompt pauses running
+        streams for one chunk at a time).
+
+        A prompt is always cut at the same places (every `prefill_chunk` tokens from where its
+        cache ends) and its chunks go through the model alone. Then a sequence's logits do
+        not depend on the rest of the batch (measured bit for bit on the CPU with llama.cpp's
+        flash attention: rows of single tokens do not change each other, while a chunk beside
+        other rows can), so a request's text does not depend on the load."""
+        feeds = [Feed(slot.seq, (token,), len(slot.tokens), True)
+                 for slot in self._admitted if (token := slot.pending) is not None]  # fmt: skip
+        tokens = [slot for slot in self._admitted if slot.pending is not None]
+        prompts = [slot for slot in self._admitted if slot.pending is None]
+        if prompts and (not tokens or self._prompt_turn):
+            self._prompt_turn = False
+            slot = prompts[0]
+            assert slot.work is not None
+            prompt, done = slot.work.prompt, len(slot.tokens)
+            chunk = prompt[done : done + self.prefill_chunk]
+            return [Feed(slot.seq, chunk, done, done + len(chunk) == len(prompt))], [slot]
+        self._prompt_turn = True
+        return feeds, tokens
+
+    def _start_overlap(self, owners: list[Slot], feeds: list[Feed]) -> list[Future[object]]:
+        if self._overlap is None:
+            return []
+        jobs = []
+        for feed, slot in zip(feeds, owners, strict=True):
+            if feed.output and slot.work is not None:
+                job = slot.work.before_step()
+                if job is not None:
+                    jobs.append(self._overlap.submit(job))
+        return jobs
+
+    # ---- slots ----------------------------------------------------------------------
+
+    def _admit(self) -> None:
+        while True:
+            free = [slot for slot in self.slots if slot.work is None]
+            with self._wake:
+                if not free or not self._waiting:
+                    return
+                work = self._waiting.popleft()
+            if work.cancelled:
+                continue
+            self._place(work, free)
+
+    def _place(self, work: Work, free: list[Slot]) -> None:
+        """Put a work on the free slot whose tokens share the longest prefix with its prompt
+        (least recently used among equals), or on a prefix kept on disk if that is longer."""
+        prompt = work.prompt
+        shared = [common_prefix(s.tokens, prompt) if work.reuse else 0 for s in free]
+        best = max(range(len(free)), key=lambda i: (shared[i], -free[i].used))
+        slot, cached = free[best], shared[best]
+        if work.reuse and self.prefix_store is not None:
+            cached = self._from_disk(slot, prompt, cached)
+        if not self.context.forget(slot.seq, cached):
+            self.context.forget(slot.seq, 0)
+            cached = 0
+        del slot.tokens[cached:]
+        slot.work, slot.pending, slot.used = work, None, self._clock
+        self._admitted.append(slot)
+        try:
+            work.start(cached)
+        except Exception as exc:
+            log.exception("could not start a generation")
+            self._fail(slot, EngineError(f"generation failed: {exc}"))
+
+    def _from_disk(self, slot: Slot, prompt: tuple[int, ...], cached: int) -> int:
+        assert self.prefix_store is not None
+        found = self.prefix_store.find(prompt, better_than=cached)
+        if found is None:
+            return cached
+        tokens, state = found
+        if state is None or not self.context.load(slot.seq, state):
+            log.warning("a kept prefix could not be loaded; evaluating the prompt")
+            self.context.forget(slot.seq, 0)
+            slot.tokens.clear()
+            return 0
+        slot.tokens[:] = tokens
+        return common_prefix(tokens, prompt)
+
+    def _keep_prefix(self, slot: Slot) -> None:
+        """A prompt just fully evaluated: keep it on disk if it is long and new."""
+        store = self.prefix_store
+        if store is not None and store.wants(slot.tokens):
+            store.put(tuple(slot.tokens), self.context.save(slot.seq))
+
+    def _drop_cancelled(self) -> None:
+        for slot in list(self._admitted):
+            if slot.work is not None and slot.work.cancelled:
+                self._release(slot)
+
+    def _release(self, slot: Slot) -> None:
+        """The work is over; its tokens stay in the context for the next prompt that shares
+        them (a sampled token not yet fed is not among them)."""
+        slot.work, slot.pending = None, None
+        self._admitted.remove(slot)
+
+    def _fail(self, slot: Slot, error: BaseException) -> None:
+        work = slot.work
+        if work is not None:
+            self._release(slot)
+            work.fail(error)
+        self.context.forget(slot.seq, 0)  # what the failed pass left is unknown
+        slot.tokens.clear()

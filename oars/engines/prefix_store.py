@@ -1,0 +1,175 @@
+"""Evaluated prompts kept on disk: a new process starts a known agent prompt without its prefill.
+
+Each file holds one sequence's state as the model context saved it, after a header with the
+tokens it covers. The folder is per model and runtime (a state only loads into the context
+that made it), bounded in bytes; the least recently used file goes first. Files are written
+by a background thread, renamed into place when complete, so a crash leaves no torn entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import queue
+import struct
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger("oars.engine")
+
+_MAGIC = b"OARSKV1\n"
+_HEADER = struct.Struct("<8sI")
+
+
+@dataclass(eq=False)
+class _Entry:
+    path: Path
+    tokens: np.ndarray  # int32
+    size: int
+
+
+class PrefixStore:
+    """Prompts of at least `min_tokens`, kept in `folder` up to `max_bytes`."""
+
+    def __init__(self, folder: Path, *, max_bytes: int, min_tokens: int = 1024) -> None:
+        self.folder, self.max_bytes, self.min_tokens = folder, max_bytes, min_tokens
+        folder.mkdir(parents=True, exist_ok=True)
+        self._entries: list[_Entry] = []  # least recently used first
+        self._lock = threading.Lock()
+        self._writes: queue.Queue[tuple[tuple[int, ...], bytes]] = queue.Queue(maxsize=2)
+        for path in sorted(folder.glob("*.kv"), key=lambda p: p.stat().st_mtime):
+            entry = self._read_header(path)
+            if entry is not None:
+                self._entries.append(entry)
+        for partial in folder.glob("*.partial"):
+            partial.unlink(missing_ok=True)
+        threading.Thread(target=self._write_loop, name="oars-prefix-store", daemon=True).start()
+
+    @property
+    def size(self) -> int:
+        return sum(e.size for e in self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    # ---- reading --------------------------------------------------------------------
+
+    def find(
+        self, prompt: tuple[int, ...], *, better_than: int = 0
+    ) -> tuple[list[int], bytes | None] | None:
+        """The kept prefix sharing the most tokens with `prompt`, if that beats `better_than`
+        by at least `min_tokens // 4`: its tokens and state (None if the file is gone)."""
+        want = np.asarray(prompt, dtype=np.int32)
+        best, best_n = None, better_than + self.min_tokens // 4
+        with self._lock:
+            entries = list(self._entries)
+        for entry in entries:
+            n = common_prefix(entry.tokens, want)
+            if n > best_n:
+                best, best_n = entry, n
+        if best is None:
+            return None
+        try:
+            with open(best.path, "rb") as f:
+                f.seek(_HEADER.size + 4 * len(best.tokens))
+                state = f.read()
+            os.utime(best.path)
+        except OSError:
+            self._drop(best)
+            return best.tokens.tolist(), None
+        with self._lock:
+            if best in self._entries:
+                self._entries.remove(best)
+                self._entries.append(best)
+        return best.tokens.tolist(), state
+
+    def wants(self, tokens: list[int]) -> bool:
+        """A prompt is worth keeping when it is long and no kept prefix covers half of it."""
+        if len(tokens) < self.min_tokens:
+            return False
+        want = np.asarray(tokens, dtype=np.int32)
+        with self._lock:
+            entries = list(self._entries)
+        return all(common_prefix(e.tokens, want) * 2 < len(tokens) for e in entries)
+
+    # ---- writing --------------------------------------------------------------------
+
+    def put(self, tokens: tuple[int, ...], state: bytes) -> None:
+        """Keep a state, written in the background; dropped if writes are behind."""
+        try:
+            self._writes.put_nowait((tokens, state))
+        except queue.Full:
+            log.info("prefix store busy; not keeping a %d-token prompt", len(tokens))
+
+    def flush(self) -> None:
+        """Wait until every state handed to `put` is on disk (for tests and shutdown)."""
+        self._writes.join()
+
+    def _write_loop(self) -> None:
+        while True:
+            tokens, state = self._writes.get()
+            try:
+                self._write(tokens, state)
+            except OSError as exc:
+                log.warning("could not keep a prefix: %s", exc)
+            finally:
+                self._writes.task_done()
+
+    def _write(self, tokens: tuple[int, ...], state: bytes) -> None:
+        array = np.asarray(tokens, dtype=np.int32)
+        name = hashlib.sha256(array.tobytes()).hexdigest()[:32]
+        path = self.folder / f"{name}.kv"
+        partial = path.with_suffix(".partial")
+        with open(partial, "wb") as out:
+            out.write(_HEADER.pack(_MAGIC, len(array)))
+            out.write(array.tobytes())
+            out.write(state)
+        os.replace(partial, path)
+        entry = _Entry(path, array, path.stat().st_size)
+        with self._lock:
+            self._entries = [e for e in self._entries if e.path != path] + [entry]
+        self._evict()
+
+    def _evict(self) -> None:
+        while True:
+            with self._lock:
+                if self.size <= self.max_bytes or not self._entries:
+                    return
+                oldest = self._entries.pop(0)
+            oldest.path.unlink(missing_ok=True)
+
+    def _drop(self, entry: _Entry) -> None:
+        with self._lock:
+            if entry in self._entries:
+                self._entries.remove(entry)
+        entry.path.unlink(missing_ok=True)
+
+    def _read_header(self, path: Path) -> _Entry | None:
+        try:
+            with open(path, "rb") as f:
+                magic, count = _HEADER.unpack(f.read(_HEADER.size))
+                tokens = np.frombuffer(f.read(4 * count), dtype=np.int32)
+            if magic != _MAGIC or len(tokens) != count:
+                raise ValueError("not a prefix file")
+            return _Entry(path, tokens, path.stat().st_size)
+        except (OSError, ValueError, struct.error):
+            log.warning("dropping an unreadable kept prefix %s", path.name)
+            path.unlink(missing_ok=True)
+            return None
+
+
+def common_prefix(held: Sequence[int] | np.ndarray, prompt: Sequence[int] | np.ndarray) -> int:
+    """How many leading tokens agree; never the whole prompt (its last token must be fed to
+    get the logits of the first output token)."""
+    n = min(len(held), len(prompt) - 1)
+    if n <= 0:
+        return 0
+    a = np.asarray(held[:n], dtype=np.int64)
+    b = np.asarray(prompt[:n], dtype=np.int64)
+    differ = np.flatnonzero(a != b)
+    return int(differ[0]) if differ.size else n

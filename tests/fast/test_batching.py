@@ -1,0 +1,332 @@
+"""The batcher on a fake model context: slots, chunked prompts, prefix reuse, cancellation,
+prompts kept on disk, and the bound on accepted requests."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from oars.engines.batching import Batcher, Capacity, Feed
+from oars.engines.prefix_store import PrefixStore, common_prefix
+from oars.errors import EngineError, RateLimited
+
+VOCAB = 50
+
+
+class FakeContext:
+    """A 'model' whose next token is a function of a sequence's whole history, with one KV
+    memory per sequence that checks every position it is fed."""
+
+    def __init__(self, n_seq: int, n_batch: int = 64, *, cut: bool = True) -> None:
+        self.n_batch = n_batch
+        self.memory: list[list[int]] = [[] for _ in range(n_seq)]
+        self.passes: list[list[Feed]] = []
+        self.loads = 0
+        self._cut = cut
+        self._outputs: list[np.ndarray] = []
+
+    def decode(self, feeds: Sequence[Feed]) -> None:
+        assert sum(len(f.tokens) for f in feeds) <= self.n_batch
+        self.passes.append(list(feeds))
+        self._outputs = []
+        for feed in feeds:
+            held = self.memory[feed.seq]
+            assert feed.start == len(held), "fed at a position the memory does not follow"
+            held.extend(feed.tokens)
+            if feed.output:
+                logits = np.zeros(VOCAB, dtype=np.float32)
+                logits[(sum(held) * 7 + len(held)) % VOCAB] = 1.0
+                self._outputs.append(logits)
+
+    def logits(self, index: int) -> np.ndarray:
+        return self._outputs[index].copy()
+
+    def forget(self, seq: int, start: int) -> bool:
+        if start and not self._cut:
+            return False
+        del self.memory[seq][start:]
+        return True
+
+    def save(self, seq: int) -> bytes:
+        return np.asarray(self.memory[seq], dtype=np.int32).tobytes()
+
+    def load(self, seq: int, state: bytes) -> bool:
+        self.loads += 1
+        self.memory[seq] = np.frombuffer(state, dtype=np.int32).tolist()
+        return True
+
+    def fed(self, seq: int) -> list[tuple[int, int]]:
+        """(start, length) of each prompt chunk (more than one token) fed to a sequence."""
+        return [(f.start, len(f.tokens)) for p in self.passes for f in p
+                if f.seq == seq and len(f.tokens) > 1]  # fmt: skip
+
+
+@dataclass(eq=False)
+class FakeWork:
+    prompt: tuple[int, ...]
+    length: int = 5
+    reuse: bool = True
+    output: list[int] = field(default_factory=list)
+    cached: int | None = None
+    errors: list[BaseException] = field(default_factory=list)
+    cancel: threading.Event = field(default_factory=threading.Event)
+    submitted: bool = False
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancel.is_set()
+
+    @property
+    def done(self) -> bool:
+        return len(self.output) >= self.length or bool(self.errors)
+
+    def start(self, cached: int) -> None:
+        self.cached = cached
+
+    def before_step(self) -> Callable[[], object] | None:
+        return None
+
+    def step(self, logits: np.ndarray) -> int | None:
+        self.output.append(int(np.argmax(logits)))
+        return None if self.done else self.output[-1]
+
+    def fail(self, error: BaseException) -> None:
+        self.errors.append(error)
+
+
+def run(batcher: Batcher, works: list[FakeWork], limit: int = 500) -> None:
+    """Submit the works not yet submitted, and step until all have ended."""
+    for work in works:
+        if not work.submitted:
+            submit(batcher, work)
+    for _ in range(limit):
+        if all(w.done or w.cancelled for w in works):
+            return
+        batcher.step()
+    raise AssertionError("the works did not finish")
+
+
+def submit(batcher: Batcher, work: FakeWork) -> None:
+    work.submitted = True
+    batcher.submit(work)
+
+
+def prompt(seed: int, n: int) -> tuple[int, ...]:
+    return tuple(int(x) for x in np.random.default_rng(seed).integers(0, VOCAB, n))
+
+
+def alone(work: FakeWork, prefill_chunk: int = 256) -> tuple[list[int], list[tuple[int, int]]]:
+    context = FakeContext(4)
+    run(Batcher(context, 4, prefill_chunk=prefill_chunk), [work])
+    return work.output, context.fed(0)
+
+
+def test_each_sequence_gets_what_it_gets_alone_and_is_cut_at_the_same_places() -> None:
+    prompts = [prompt(i, 30 + 40 * i) for i in range(4)]
+    lone = [alone(FakeWork(p, length=40), prefill_chunk=32) for p in prompts]
+    context = FakeContext(4)
+    batcher = Batcher(context, 4, prefill_chunk=32)
+    works = [FakeWork(p, length=40) for p in prompts]
+    for work in works:  # they arrive while the others run
+        submit(batcher, work)
+        batcher.step()
+        batcher.step()
+    run(batcher, works)
+    for seq, (work, (output, chunks)) in enumerate(zip(works, lone, strict=True)):
+        assert work.output == output
+        assert context.fed(seq) == chunks
+    # chunks go through the model alone; token rows share passes
+    assert all(len(p) == 1 for p in context.passes if any(len(f.tokens) > 1 for f in p))
+    assert max(len(p) for p in context.passes) == 4
+
+
+def test_a_long_prompt_pauses_running_streams_one_chunk_at_a_time() -> None:
+    context = FakeContext(2)
+    batcher = Batcher(context, 2, prefill_chunk=16)
+    short, long = FakeWork(prompt(1, 5), length=40), FakeWork(prompt(2, 160), length=3)
+    submit(batcher, short)
+    batcher.step()
+    submit(batcher, long)
+    run(batcher, [short, long])
+    assert context.fed(1) == [(i, 16) for i in range(0, 160, 16)]
+    # between two chunks of the long prompt, the short one got a token
+    kinds = ["chunk" if len(p[0].tokens) > 1 else "token" for p in context.passes[1:]]
+    first, last = kinds.index("chunk"), len(kinds) - 1 - kinds[::-1].index("chunk")
+    assert kinds[first : last + 1] == ["chunk", "token"] * 9 + ["chunk"]
+
+
+def test_a_request_goes_to_the_slot_holding_its_prefix_and_cached_is_exact() -> None:
+    context = FakeContext(3)
+    batcher = Batcher(context, 3)
+    system = prompt(3, 40)
+    first = FakeWork(system + prompt(4, 10))
+    other = FakeWork(prompt(5, 30))
+    run(batcher, [first])
+    run(batcher, [other])
+    seq_of_first = next(s.seq for s in batcher.slots if s.tokens[:40] == list(system))
+    again = FakeWork(system + prompt(6, 12))
+    submit(batcher, again)
+    batcher.step()
+    assert again.cached == 40 == common_prefix(first.prompt, again.prompt)
+    assert context.memory[seq_of_first][:40] == list(system)
+    assert context.fed(seq_of_first)[-1] == (40, 12)  # only the new part is evaluated
+    run(batcher, [again])
+    assert again.output == alone(FakeWork(again.prompt, reuse=False))[0]
+
+
+def test_an_identical_prompt_still_feeds_its_last_token() -> None:
+    context = FakeContext(1)
+    batcher = Batcher(context, 1)
+    p = prompt(7, 20)
+    run(batcher, [FakeWork(p)])
+    work = FakeWork(p)
+    run(batcher, [work])
+    assert work.cached == 19
+
+
+def test_seeded_work_evaluates_its_whole_prompt() -> None:
+    context = FakeContext(1)
+    batcher = Batcher(context, 1)
+    p = prompt(8, 20)
+    run(batcher, [FakeWork(p)])
+    work = FakeWork(p, reuse=False)
+    run(batcher, [work])
+    assert work.cached == 0
+
+
+def test_a_memory_that_cannot_cut_a_sequence_starts_it_over() -> None:
+    context = FakeContext(1, cut=False)
+    batcher = Batcher(context, 1)
+    run(batcher, [FakeWork(prompt(9, 20))])
+    work = FakeWork((*prompt(9, 20), 1, 2))
+    run(batcher, [work])
+    assert work.cached == 0
+    assert work.output == alone(FakeWork(work.prompt))[0]
+
+
+def test_a_cancelled_request_frees_its_slot_for_the_next() -> None:
+    context = FakeContext(1)
+    batcher = Batcher(context, 1)
+    running, waiting = FakeWork(prompt(10, 8), length=1000), FakeWork(prompt(11, 8))
+    submit(batcher, running)
+    submit(batcher, waiting)
+    for _ in range(5):
+        batcher.step()
+    assert len(running.output) > 1 and waiting.cached is None  # waiting for the only slot
+    running.cancel.set()
+    produced = len(running.output)
+    run(batcher, [waiting])
+    assert len(running.output) == produced and not running.errors
+    assert batcher.running == 0 and batcher.waiting == 0
+
+
+def test_a_cancelled_request_that_never_ran_is_skipped() -> None:
+    batcher = Batcher(FakeContext(1), 1)
+    skipped, next_one = FakeWork(prompt(12, 8)), FakeWork(prompt(13, 8))
+    skipped.cancel.set()
+    submit(batcher, skipped)
+    submit(batcher, next_one)
+    run(batcher, [next_one])
+    assert skipped.cached is None and next_one.done
+
+
+def test_a_failed_pass_fails_its_sequences_and_the_batcher_goes_on() -> None:
+    class Failing(FakeContext):
+        def decode(self, feeds: Sequence[Feed]) -> None:
+            if any(f.seq == 0 and f.start > 10 for f in feeds):
+                raise EngineError("boom")
+            super().decode(feeds)
+
+    context = Failing(2)
+    batcher = Batcher(context, 2)
+    doomed = FakeWork(prompt(14, 10), length=50)
+    run(batcher, [doomed])
+    assert isinstance(doomed.errors[0], EngineError)
+    assert context.memory[0] == [] and batcher.running == 0
+    after = FakeWork(prompt(15, 5))
+    run(batcher, [after])
+    assert after.done and not after.errors
+
+
+def test_long_prompts_are_kept_on_disk_and_start_a_new_process(tmp_path: Path) -> None:
+    instructions = prompt(16, 300)
+    first = FakeWork(instructions + prompt(17, 20))
+    store = PrefixStore(tmp_path, max_bytes=10**6, min_tokens=100)
+    run(Batcher(FakeContext(2), 2, prefix_store=store), [first])
+    store.flush()
+    assert len(store) == 1
+    # a new process: nothing in memory, the same folder
+    context = FakeContext(2)
+    batcher = Batcher(
+        context, 2, prefix_store=PrefixStore(tmp_path, max_bytes=10**6, min_tokens=100)
+    )
+    second = FakeWork(instructions + prompt(18, 25))
+    run(batcher, [second])
+    assert context.loads == 1 and second.cached == 300
+    assert context.fed(0) == [(300, 25)]
+    assert second.output == alone(FakeWork(second.prompt, reuse=False))[0]
+
+
+def test_the_disk_is_used_only_when_it_beats_a_slot(tmp_path: Path) -> None:
+    store = PrefixStore(tmp_path, max_bytes=10**6, min_tokens=100)
+    context = FakeContext(1)
+    batcher = Batcher(context, 1, prefix_store=store)
+    p = prompt(19, 200)
+    run(batcher, [FakeWork(p)])
+    store.flush()
+    work = FakeWork((*p, 3))
+    run(batcher, [work])
+    assert context.loads == 0 and work.cached == 200
+
+
+def test_a_prompt_mostly_covered_by_a_kept_one_is_not_kept_again(tmp_path: Path) -> None:
+    store = PrefixStore(tmp_path, max_bytes=10**6, min_tokens=100)
+    base = prompt(20, 300)
+    assert store.wants(list(base))
+    store.put(base, b"x")
+    store.flush()
+    assert not store.wants(list(base + prompt(21, 100)))
+    assert store.wants(list(base + prompt(21, 400)))  # the kept part is under half
+    assert not store.wants(list(prompt(22, 99)))  # too short
+
+
+def test_the_store_stays_under_its_bound_least_recently_used_out(tmp_path: Path) -> None:
+    store = PrefixStore(tmp_path, max_bytes=2000, min_tokens=10)  # 912 bytes each
+    a, b, c = prompt(23, 100), prompt(24, 100), prompt(25, 100)
+    store.put(a, b"a" * 500)
+    store.flush()
+    store.put(b, b"b" * 500)
+    store.flush()
+    assert store.find((*a, 1)) is not None  # a is now the most recently used
+    store.put(c, b"c" * 500)
+    store.flush()
+    assert store.size <= 2000 and len(store) == 2
+    assert store.find((*b, 1)) is None
+    found = store.find((*a, 1))
+    assert found is not None and found[0] == list(a) and found[1] == b"a" * 500
+
+
+def test_unreadable_and_partial_files_are_dropped_at_start(tmp_path: Path) -> None:
+    (tmp_path / "junk.kv").write_bytes(b"not a state")
+    (tmp_path / "torn.partial").write_bytes(b"half")
+    store = PrefixStore(tmp_path, max_bytes=10**6)
+    assert len(store) == 0 and not list(tmp_path.iterdir())
+
+
+def test_past_running_and_waiting_requests_a_429_with_retry_after() -> None:
+    capacity = Capacity(parallel=2, queue_depth=1)
+    places = [capacity.take() for _ in range(3)]
+    with pytest.raises(RateLimited) as refused:
+        capacity.take()
+    assert refused.value.status == 429 and refused.value.headers == {"Retry-After": "1"}
+    places[0].release()
+    places[0].release()  # a place is given back once
+    assert capacity.accepted == 2
+    capacity.take()
+    with pytest.raises(RateLimited):
+        capacity.take()

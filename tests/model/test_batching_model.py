@@ -1,0 +1,160 @@
+"""Continuous batching on the real model: concurrent streams, the same text as alone, a slot
+freed by a hang-up, 429 past the queue, and prompts kept on disk across a restart."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Generator, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, cast
+
+import httpx
+import pytest
+
+from oars.validator import validate_sse
+from oars.weights import model_path
+from tests.model.conftest import _serve
+
+pytestmark = pytest.mark.model
+
+GREEDY = {"model": "default", "temperature": 0, "seed": 11, "max_output_tokens": 24}
+TOPICS = ("the sea", "a lighthouse", "the number seven", "autumn rain")
+LONG = {"model": "default",  # writes to its token limit (at temperature 0)
+        "input": "List the numbers from 1 to 2000, one per line, with no other text.",
+        "max_output_tokens": 2000, "temperature": 0}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def four(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    yield from _serve(tmp_path_factory, "--ctx", "4096", "--parallel", "4")
+
+
+@pytest.fixture(scope="module")
+def one_slot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    yield from _serve(tmp_path_factory, "--ctx", "4096", "--parallel", "1", "--queue-depth", "2")
+
+
+def _timed_stream(server: str, body: dict[str, Any]) -> dict[str, Any]:
+    """Stream one response; its final object, and when its first delta and its end came."""
+    start = time.monotonic()
+    first = None
+    lines = []
+    with httpx.stream("POST", f"{server}/responses", json={**body, "stream": True},
+                      timeout=300) as response:  # fmt: skip
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            lines.append(line)
+            if first is None and line == "event: response.output_text.delta":
+                first = time.monotonic() - start
+    report = validate_sse("\n".join(lines) + "\n")
+    assert report.ok, report.text()
+    return {"final": report.final, "first": first, "end": time.monotonic() - start}
+
+
+def _text(final: dict[str, Any]) -> str:
+    return "".join(c["text"] for item in final["output"] if item["type"] == "message"
+                   for c in item["content"])  # fmt: skip
+
+
+def test_batched_requests_give_the_text_each_gives_alone(four: str) -> None:
+    bodies = [{**GREEDY, "input": f"Write two lines about {t}."} for t in TOPICS]
+    alone = [_timed_stream(four, body)["final"] for body in bodies]
+    with ThreadPoolExecutor(len(bodies)) as pool:
+        together = list(pool.map(lambda b: _timed_stream(four, b), bodies))
+    assert [_text(r["final"]) for r in together] == [_text(f) for f in alone]
+    assert all(_text(f) for f in alone)
+    assert [r["final"]["usage"] for r in together] == [f["usage"] for f in alone]
+    # they ran together: every first token came before the last stream ended
+    assert max(r["first"] for r in together) < max(r["end"] for r in together)
+
+
+def test_four_streams_at_once_each_start_while_the_others_run(four: str) -> None:
+    bodies = [{**LONG, "max_output_tokens": 48,
+               "input": f"List the numbers from {n} to 2000, one per line, with no other text."}
+              for n in (1, 10, 100, 300)]  # fmt: skip
+    with ThreadPoolExecutor(len(bodies)) as pool:
+        results = list(pool.map(lambda b: _timed_stream(four, b), bodies))
+    assert all(r["final"]["usage"]["output_tokens"] == 48 for r in results)
+    first_end = min(r["end"] for r in results)
+    assert all(r["first"] < first_end for r in results)
+
+
+# a JSON answer that must hold 2,000 numbers: the model cannot end it early
+ENDLESS = {**LONG, "text": {"format": {"type": "json_schema", "name": "numbers", "schema": {
+    "type": "object", "properties": {"numbers": {"type": "array", "items": {"type": "integer"},
+                                                 "minItems": 2000}},
+    "required": ["numbers"], "additionalProperties": False}}}}  # fmt: skip
+
+
+def _queued(server: str) -> float:
+    metrics = httpx.get(f"{server.removesuffix('/v1')}/metrics", timeout=10).text
+    lines = [line for line in metrics.splitlines() if line.startswith("oars_generations_queued{")]
+    return sum(float(line.split()[-1]) for line in lines)
+
+
+def _busy_stream(server: str, started: threading.Event, stop: threading.Event) -> None:
+    with httpx.stream("POST", f"{server}/responses", json={**ENDLESS, "stream": True},
+                      timeout=300) as response:  # fmt: skip
+        for line in response.iter_lines():
+            if line == "event: response.output_text.delta":
+                started.set()
+            if stop.is_set():
+                return
+
+
+def test_a_hang_up_frees_the_slot_and_past_the_queue_comes_a_429(one_slot: str) -> None:
+    started, stop = threading.Event(), threading.Event()
+    runner = threading.Thread(target=_busy_stream, args=(one_slot, started, stop))
+    runner.start()
+    assert started.wait(60)
+    # one running, two may wait: a third waiting request is refused at once
+    waiting: list[dict[str, Any]] = []
+    body = {**GREEDY, "input": "Say hello.", "max_output_tokens": 8}
+    queued = [threading.Thread(target=lambda: waiting.append(_timed_stream(one_slot, body)))
+              for _ in range(2)]  # fmt: skip
+    for thread in queued:
+        thread.start()
+    deadline = time.monotonic() + 30
+    while _queued(one_slot) < 2:  # both accepted, waiting for the only sequence
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    refused = httpx.post(f"{one_slot}/responses", json=body, timeout=30)
+    assert refused.status_code == 429, refused.text
+    assert refused.headers["retry-after"] == "1"
+    assert refused.json()["error"]["code"] == "rate_limit_exceeded"
+    # the running stream hangs up: its slot goes to the waiting requests, which complete
+    stop.set()
+    runner.join(30)
+    for thread in queued:
+        thread.join(60)
+    assert [r["final"]["usage"]["output_tokens"] for r in waiting] == [8, 8]
+    assert httpx.post(f"{one_slot}/responses", json=body, timeout=60).status_code == 200
+
+
+def test_a_long_prompt_is_kept_on_disk_for_a_new_process(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    home = {"OARS_HOME": str(tmp_path)}
+    args = ("--model", str(model_path()), "--ctx", "4096", "--prefix-cache-min-tokens", "256")
+    instructions = "You are a careful assistant for a software project. " * 40
+    # unseeded: a seeded request evaluates its whole prompt
+    body = {"model": "default", "temperature": 0, "instructions": instructions,
+            "max_output_tokens": 4}  # fmt: skip
+    server = cast(Generator[str, None, None], _serve(tmp_path_factory, *args, env=home))
+    first = _timed_stream(next(server), {**body, "input": "Say A."})["final"]
+    deadline = time.monotonic() + 30  # written in the background
+    while not (kept := list((tmp_path / "prefixes").glob("*/*.kv"))):
+        assert time.monotonic() < deadline, "the prompt was not kept"
+        time.sleep(0.2)
+    server.close()
+    assert len(kept) == 1
+    server = cast(Generator[str, None, None], _serve(tmp_path_factory, *args, env=home))
+    second = _timed_stream(next(server), {**body, "input": "Say B."})["final"]
+    server.close()
+    usage, before = second["usage"], first["usage"]
+    assert before["input_tokens_details"]["cached_tokens"] == 0
+    cached = usage["input_tokens_details"]["cached_tokens"]
+    # everything up to where "Say A." and "Say B." differ
+    assert 400 < cached < usage["input_tokens"] == before["input_tokens"]
