@@ -1,7 +1,11 @@
 """What a custom tool's grammar costs while the model writes its input: the token mask's time per
 token, following a real `apply_patch` call on the default model's vocabulary (no model run).
 
-    .venv/bin/python -m bench.grammar [--reps N]
+    .venv/bin/python -m bench.grammar [--reps N] [--model]
+
+With `--model`, also end to end: the default model writes a forced `apply_patch` call in this
+process (the embedded engine, greedy, 160 tokens), with the grammar and without, alternating;
+decode tokens/s after the first token, so prefill is not in it.
 
 The call grammar is the one a forced `apply_patch` call gets (Codex's Lark grammar, as a
 client sends it). The reference is the same call to a custom tool without a grammar (its input
@@ -13,6 +17,7 @@ token: computing the mask of allowed next tokens, then consuming the token the t
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import statistics
 import time
@@ -97,9 +102,48 @@ def _row(name: str, times: list[float]) -> tuple[str, float]:
     return name, mean
 
 
+def _decode_rate(engine: Any, grammar: bool) -> float:
+    """Tokens/s of one forced apply_patch call, after its first token."""
+    from oars.normalize import normalize
+
+    body = {"instructions": "You edit code by calling apply_patch.",
+            "input": "In src/report.py, quote names in render() and add a test file.",
+            "tools": [_tool(grammar)], "tool_choice": {"type": "custom", "name": "apply_patch"},
+            "max_output_tokens": 160, "temperature": 0}  # fmt: skip
+
+    async def run() -> float:
+        opened = await engine.open(normalize(body, served_model="m").engine)
+        first, tokens = None, 0
+        async for chunk in engine.generate(opened):
+            if first is None and chunk.num_tokens:
+                first = time.perf_counter()
+            elif first is not None:
+                tokens += chunk.num_tokens
+        assert first is not None
+        return tokens / (time.perf_counter() - first)
+
+    return asyncio.run(run())
+
+
+def _end_to_end(reps: int) -> None:
+    from oars.engines.llama import LlamaEngine
+
+    engine = LlamaEngine(pull(), n_ctx=4096, prefix_folder=None)
+    rates: dict[bool, list[float]] = {False: [], True: []}
+    _decode_rate(engine, True)  # warm: the grammar tokenizer, the first masks
+    for _ in range(reps):
+        for grammar in (False, True):
+            rates[grammar].append(_decode_rate(engine, grammar))
+    free, patch = statistics.median(rates[False]), statistics.median(rates[True])
+    print()
+    print(f"End to end, {reps} runs each, median decode tok/s: any JSON string {free:.1f}, "
+          f"apply_patch grammar {patch:.1f}: **{patch / free:.3f}×**")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--model", action="store_true", help="also decode with the model")
     args = parser.parse_args()
     import llama_cpp
 
@@ -123,6 +167,8 @@ def main() -> None:
     implied = (DECODE_STEP_MS + free) / (DECODE_STEP_MS + patch_mean)
     print(f"| **implied decode speed, grammar / reference, at {DECODE_STEP_MS:.0f} ms a step** "
           f"| **{implied:.3f}** | | | | | |")  # fmt: skip
+    if args.model:
+        _end_to_end(args.reps)
 
 
 if __name__ == "__main__":
