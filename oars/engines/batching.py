@@ -1,9 +1,9 @@
 """Continuous batching: many sequences decoded together, one forward pass per step.
 
 A `Batcher` owns a model context that holds `parallel` sequences (slots). Each step it feeds the
-context one batch: the last sampled token of every running sequence, then chunks of waiting
-prompts (a long prompt is fed a chunk per step, so running streams keep getting a token every
-step). Requests join between steps and leave when they end or are cancelled.
+context one pass: the last sampled token of every running sequence, or one chunk of a waiting
+prompt (the two take turns, so a long prompt pauses running streams one chunk at a time).
+Requests join between steps and leave when they end or are cancelled.
 
 A slot keeps its sequence's tokens in the context after the request ends, so the next request
 goes to the free slot sharing the longest prefix with its prompt and evaluates only the rest.
@@ -189,7 +189,7 @@ class Batcher:
         try:
             self.context.decode(feeds)
         except EngineError as exc:
-            for slot in dict.fromkeys(owners):
+            for slot in owners:
                 self._fail(slot, exc)
             return
         finally:
@@ -228,10 +228,13 @@ class Batcher:
         not depend on the rest of the batch (measured bit for bit on the CPU with llama.cpp's
         flash attention: rows of single tokens do not change each other, while a chunk beside
         other rows can), so a request's text does not depend on the load."""
-        feeds = [Feed(slot.seq, (token,), len(slot.tokens), True)
-                 for slot in self._admitted if (token := slot.pending) is not None]  # fmt: skip
-        tokens = [slot for slot in self._admitted if slot.pending is not None]
-        prompts = [slot for slot in self._admitted if slot.pending is None]
+        feeds, tokens, prompts = [], [], []
+        for slot in self._admitted:
+            if slot.pending is None:
+                prompts.append(slot)
+            else:
+                feeds.append(Feed(slot.seq, (slot.pending,), len(slot.tokens), True))
+                tokens.append(slot)
         if prompts and (not tokens or self._prompt_turn):
             self._prompt_turn = False
             slot = prompts[0]
