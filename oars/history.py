@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from oars.errors import NotFound
+from oars.errors import InvalidRequest, NotFound
 from oars.normalize import ResponseRequest
 from oars.store import Json, Store
 
@@ -30,29 +30,52 @@ class History:
         return [*self.new_input, *snapshot["output"]]
 
 
-async def resolve(request: ResponseRequest, store: Store | None) -> History:
-    """The request with its whole context; 404 for an unknown response, conversation or item."""
+async def resolve(request: ResponseRequest, store: Store | None,
+                  previous: Sequence[Json] | None = None) -> History:  # fmt: skip
+    """The request with its whole context; 404 for an unknown response, conversation or item.
+
+    `previous`: the previous response's context when the caller already holds it (a WebSocket
+    keeps its last response's); otherwise it is read from the store."""
     earlier: list[Json] = []
     if request.previous_response_id is not None:
-        earlier = await _previous(request.previous_response_id, store)
+        earlier = (list(previous) if previous is not None
+                   else await _previous(request.previous_response_id, store))  # fmt: skip
     conversation: list[Json] = []
     if request.conversation_id is not None:
         conversation = await _conversation(request.conversation_id, store)
     new_input = await _references(request.input_items, store)
     stored = (*earlier, *new_input)
     context = [*conversation, *stored]
+    if earlier or conversation:
+        _check_answers(context, new_input)
     rendered = request.with_context(context) if earlier or conversation or (
         new_input != request.input_items) else request  # fmt: skip
     return History(rendered, stored, new_input, request.conversation_id)
 
 
-def _no_store(param: str, what: str) -> NotFound:
-    return NotFound(f"{what} not found: this server keeps no stored state.", param=param)
+_CALLS = ("function_call", "custom_tool_call")
+_ANSWERS = ("function_call_output", "custom_tool_call_output")
+
+
+def _check_answers(context: Sequence[Json], new_input: Sequence[Json]) -> None:
+    """A continuation may only answer calls its history holds: a tool output for a call that
+    was never made is the client's mistake, not a prompt to render."""
+    made = {item.get("call_id") for item in context if item.get("type") in _CALLS}
+    for position, item in enumerate(new_input):
+        if item.get("type") in _ANSWERS and item.get("call_id") not in made:
+            raise InvalidRequest(f"No tool call found for the tool output with call_id "
+                                 f"{item.get('call_id')!r}.", param=f"input[{position}].call_id")  # fmt: skip
+
+
+def _no_store(param: str, what: str, code: str = "not_found") -> NotFound:
+    return NotFound(f"{what} not found: this server keeps no stored state.", param=param,
+                    code=code)  # fmt: skip
 
 
 async def _previous(response_id: str, store: Store | None) -> list[Json]:
     if store is None:
-        raise _no_store("previous_response_id", f"Previous response with id '{response_id}'")
+        raise _no_store("previous_response_id", f"Previous response with id '{response_id}'",
+                        "previous_response_not_found")  # fmt: skip
     context = await store.context(response_id)
     if context is None:
         raise NotFound(f"Previous response with id '{response_id}' not found.",

@@ -18,7 +18,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from oars.errors import InvalidRequest, NotFound, RateLimited, StoreUnavailable
@@ -27,7 +27,7 @@ from oars.history import History, resolve
 from oars.metrics import Metrics, TokenClock
 from oars.normalize import ResponseRequest
 from oars.service import ResponsesService, Run
-from oars.store import TERMINAL_STATUSES, Finished, NewResponse, Store, StoredResponse
+from oars.store import TERMINAL_STATUSES, Finished, Json, NewResponse, Store, StoredResponse
 from oars.store.tenant import scoped
 
 log = logging.getLogger("oars.runs")
@@ -179,17 +179,19 @@ class Runs:
 
     # ---- submitting ---------------------------------------------------------------------
 
-    async def submit(self, request: ResponseRequest) -> RunHandle:
+    async def submit(self, request: ResponseRequest,
+                     previous: Sequence[Json] | None = None) -> RunHandle:  # fmt: skip
         """Resolve history, keep the response, start producing. Errors here come before any
         byte of the response: client errors are 4xx (429 past the key's concurrent runs), a
-        store that is down is a 503."""
+        store that is down is a 503. `previous`: the previous response's context, when the
+        caller holds it (see `history.resolve`)."""
         tenant = request.tenant
         if self.concurrent_per_key is not None and self._running[tenant] >= self.concurrent_per_key:
             raise RateLimited(f"This key already has {self._running[tenant]} responses running, "
                               f"the most it may; retry when one has ended.", retry_after=1)  # fmt: skip
         self._running[tenant] += 1
         try:
-            handle = await self._submit(request)
+            handle = await self._submit(request, previous)
         except BaseException:
             self._running[tenant] -= 1
             raise
@@ -197,9 +199,10 @@ class Runs:
         handle.task.add_done_callback(lambda _: self._running.subtract([tenant]))
         return handle
 
-    async def _submit(self, request: ResponseRequest) -> RunHandle:
+    async def _submit(self, request: ResponseRequest,
+                      previous: Sequence[Json] | None) -> RunHandle:  # fmt: skip
         store = scoped(self.store, request.tenant) if self.store is not None else None
-        history = await resolve(request, store)
+        history = await resolve(request, store, previous)
         run = await self.service.start(history.request)
         handle = RunHandle(request, run, history)
         handle.clock = TokenClock(self.metrics, handle.model)

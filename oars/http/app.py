@@ -20,13 +20,14 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
-from starlette.routing import Match
+from starlette.routing import Match, WebSocketRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.websockets import WebSocket
 
 from oars import api, logs
 from oars.engines.upstream import UpstreamEngine
 from oars.errors import ClientError, EngineError, StoreUnavailable
-from oars.http import conversations, pages, responses
+from oars.http import conversations, pages, responses, websocket
 from oars.http.common import DEFAULT_LIMITS, JSON, Limits, Shared, error, shared
 from oars.http.openapi import Endpoint, Param, docs_page, document_bytes
 from oars.metrics import Metrics, timed_store
@@ -160,6 +161,7 @@ ENDPOINTS = (
              "stream of server-sent events", OPS, "text/event-stream", api.ValidationReport),
 )  # fmt: skip
 ROUTES = [endpoint.route() for endpoint in ENDPOINTS]
+SOCKETS = [WebSocketRoute("/v1/responses", websocket.responses_socket)]
 
 
 def default_replica(port: int | None = None) -> str:
@@ -199,7 +201,7 @@ def create_app(service: ResponsesService, store: Store | None = None, *,
     handlers = {ClientError: _client_error, EngineError: _engine_error,
                 StoreUnavailable: _store_error, HTTPException: _http_error,
                 Exception: _server_error}  # fmt: skip
-    app = Starlette(routes=ROUTES, exception_handlers=handlers, lifespan=lifespan)  # type: ignore[arg-type]
+    app = Starlette(routes=[*ROUTES, *SOCKETS], exception_handlers=handlers, lifespan=lifespan)  # type: ignore[arg-type]
     app.state.oars = Shared(service, runs, store, int(time.time()), metrics, limits)
     if api_keys:
         app.add_middleware(Auth, keys=api_keys, public=frozenset(public) | _PAGES)
@@ -258,7 +260,7 @@ class Auth:
         self.tenants = {hashlib.sha256(k.encode()).digest(): tenant(k) for k in keys}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):
             return await self.app(scope, receive, send)
         path = scope["path"]
         if path in self.public or path.startswith("/static/"):
@@ -271,9 +273,19 @@ class Auth:
             body = error(401, message, "invalid_request_error",
                          "invalid_api_key" if given else "missing_api_key")  # fmt: skip
             body.headers["www-authenticate"] = "Bearer"
+            if scope["type"] == "websocket":
+                return await _deny(WebSocket(scope, receive, send), body)
             return await body(scope, receive, send)
         scope.setdefault("state", {})["tenant"] = found
         await self.app(scope, receive, send)
+
+
+async def _deny(websocket: WebSocket, response: Response) -> None:
+    """Refuse a handshake with an HTTP answer, or (a server without that extension) a close."""
+    try:
+        await websocket.send_denial_response(response)
+    except RuntimeError:
+        await websocket.close(code=1008, reason="unauthorized")
 
 
 def _bearer(scope: Scope) -> str | None:

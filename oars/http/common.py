@@ -110,7 +110,11 @@ async def read_body(request: Request) -> bytes:
 
 
 async def read_json(request: Request) -> Any:
-    raw = await read_body(request)
+    return parse_json(await read_body(request))
+
+
+def parse_json(raw: bytes) -> Any:
+    """A JSON body or frame, as strictly as every route reads one (400 `invalid_json`)."""
     try:
         # UTF-8, strictly: json.loads(bytes) would also take UTF-16 and encoded surrogates
         value = json.loads(raw.decode("utf-8").removeprefix("\ufeff"))

@@ -17,6 +17,7 @@ from oars.events import Event
 from oars.history import resolve
 from oars.http.common import (
     JSON,
+    Shared,
     list_page,
     page_wire,
     path_id,
@@ -42,13 +43,18 @@ def _sse(events: AsyncIterator[Event]) -> StreamingResponse:
 
 
 async def _request(request: Request) -> ResponseRequest:
-    oars = shared(request)
+    return prepare(shared(request), await read_json(request), tenant_of(request))
+
+
+def prepare(oars: Shared, body: Any, tenant: str) -> ResponseRequest:
+    """A create body, validated for this server and this tenant (the HTTP and WebSocket
+    transports both start here)."""
     service = oars.service
-    req = normalize(await read_json(request), served_model=service.default_model,
+    req = normalize(body, served_model=service.default_model,
                     default_temperature=service.default_temperature,
                     can_store=oars.store is not None,
                     unseal=service.sealer.unseal if service.sealer else None)  # fmt: skip
-    return _capped(replace(req, tenant=tenant_of(request)), oars.limits.max_output_tokens)
+    return _capped(replace(req, tenant=tenant), oars.limits.max_output_tokens)
 
 
 def _capped(req: ResponseRequest, cap: int | None) -> ResponseRequest:
