@@ -14,6 +14,7 @@ from starlette.testclient import TestClient, WebSocketDenialResponse
 from starlette.websockets import WebSocketDisconnect
 
 from oars.http import create_app
+from oars.http.common import Shared
 from oars.sealing import Sealer
 from oars.service import ResponsesService
 from oars.store import SqlStore
@@ -30,6 +31,11 @@ def _client(engine: ScriptedEngine | None = None, store: SqlStore | None = None,
             **kw: Any) -> TestClient:  # fmt: skip
     service = ResponsesService(engine or ScriptedEngine(), sealer=Sealer(b"0" * 43 + b"="))
     return TestClient(create_app(service, store, **kw))
+
+
+def _shared(client: TestClient) -> Shared:
+    shared: Shared = client.app.state.oars  # type: ignore[attr-defined]
+    return shared
 
 
 def _turn(ws: Any, body: dict[str, Any] | str) -> Frames:
@@ -116,8 +122,8 @@ def test_a_response_failed_mid_stream_also_forgets_what_it_continued() -> None:
     engine = ScriptedEngine(["a", ScriptedEngine.FAIL])
     with _client() as client, client.websocket_connect("/v1/responses") as ws:
         first = _turn(ws, _create(input="one"))[-1]["response"]["id"]
-        client.app.state.oars.service.engines["scripted"] = engine  # the next one fails
-        client.app.state.oars.service.default_model = "scripted"
+        _shared(client).service.engines["scripted"] = engine  # the next one fails
+        _shared(client).service.default_model = "scripted"
         failed = _turn(ws, _create(input="two", previous_response_id=first))
         assert [f["type"] for f in failed[-2:]] == ["error", "response.failed"]
         assert validate_events(failed).ok
@@ -176,7 +182,7 @@ def test_closing_the_socket_stops_its_generation() -> None:
             ws.send_text(json.dumps(_create(input="go")))
             while json.loads(ws.receive_text())["type"] != "response.output_text.delta":
                 pass
-        runs = client.app.state.oars.runs
+        runs = _shared(client).runs
         for _ in range(200):
             if not runs.active:
                 break
