@@ -24,13 +24,18 @@ from openai.types.responses import (
     InputTokenCountParams,
     InputTokenCountResponse,
     Response,
+    ResponseCompactionItem,
     ResponseCreateParams,
     ResponseItemList,
     ResponseStreamEvent,
+    ResponseUsage,
 )
+from openai.types.responses import ResponseCompactParams as CompactParams
 from pydantic import BaseModel
 
 __all__ = [
+    "CompactParams",
+    "CompactedResponse",
     "Conversation",
     "ConversationCreateParams",
     "ConversationDeletedResource",
@@ -91,6 +96,17 @@ class ResponseList(BaseModel):
 
     object: Literal["list"]
     data: list[Response]
+
+
+class CompactedResponse(BaseModel):
+    """`POST /v1/responses/compact`'s answer: the user messages kept verbatim (as they were
+    sent: input parts), then one compaction item. (The SDK's type lists output items only.)"""
+
+    id: str
+    object: Literal["response.compaction"]
+    created_at: int
+    output: list[ConversationItem | ResponseCompactionItem]
+    usage: ResponseUsage
 
 
 class ValidationReport(BaseModel):

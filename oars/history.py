@@ -22,6 +22,7 @@ class History:
     stored_input: tuple[Json, ...]  # kept as the response's input items
     new_input: tuple[Json, ...]  # what this request added (appended to its conversation)
     conversation_id: str | None = None
+    context: tuple[Json, ...] = ()  # every item the prompt was rendered from, in order
 
     def conversation_items(self, snapshot: Json) -> list[Json]:
         """Appended to the conversation when the response ends: new input, then output."""
@@ -50,7 +51,14 @@ async def resolve(request: ResponseRequest, store: Store | None,
         _check_answers(context, new_input)
     rendered = request.with_context(context) if earlier or conversation or (
         new_input != request.input_items) else request  # fmt: skip
-    return History(rendered, stored, new_input, request.conversation_id)
+    return History(rendered, stored, new_input, request.conversation_id, tuple(context))
+
+
+async def items_of(previous_response_id: str | None, items: Sequence[Json],
+                   store: Store | None) -> list[Json]:  # fmt: skip
+    """A previous response's context followed by these items (references resolved)."""
+    earlier = [] if previous_response_id is None else await _previous(previous_response_id, store)
+    return [*earlier, *await _references(items, store)]
 
 
 _CALLS = ("function_call", "custom_tool_call")

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from oars.compaction import COMPACTION_TYPES, SUMMARY_PREFIX, Sealed, place
 from oars.errors import InvalidRequest, NotFound
 from oars.generation import ChatMessage, EngineRequest, OutputFormat, SamplingParams
 from oars.ids import is_id, new_id
@@ -56,6 +57,8 @@ class ResponseRequest:
     include_encrypted_reasoning: bool = False
     unseal: Unseal | None = field(default=None, compare=False)
     tenant: str = ""  # whose the response will be (the hashed API key; '' without keys)
+    compaction: Compaction | None = None  # `context_management`: compact a long context first
+    compacted: dict[str, Any] | None = None  # the compaction item made for it: its first output
 
     def with_context(self, items: list[dict[str, Any]]) -> ResponseRequest:
         """The same request, its prompt rendered from these items (history, then new input)."""
@@ -66,6 +69,14 @@ class ResponseRequest:
 
 
 Unseal = Callable[[str], str]  # encrypted reasoning → its text; raises ValueError if tampered
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """`context_management: [{"type": "compaction", "compact_threshold": N}]`: compact the
+    context before generating when its prompt would pass N tokens (None: the model's context)."""
+
+    threshold: int | None = None
 
 
 def _fail(message: str, param: str, code: str = "invalid_value") -> InvalidRequest:
@@ -204,10 +215,17 @@ def _items(raw: Any, unseal: Unseal | None = None) -> list[ChatMessage]:
         param = f"input[{i}]"
         if not isinstance(item, dict):
             raise _fail(f"Invalid '{param}': expected an object.", param, "invalid_type")
-        kind = item.get("type", "message")
-        if not isinstance(kind, str):
+        if not isinstance(item.get("type", "message"), str):
             raise _fail(f"Invalid '{param}.type': expected a string.", f"{param}.type",
                         "invalid_type")  # fmt: skip
+    placement = place(raw, _compactions(raw, unseal))
+    for i, item in enumerate(raw):
+        param = f"input[{i}]"
+        if i in placement.summaries:
+            messages.append(ChatMessage("user", SUMMARY_PREFIX + placement.summaries[i]))
+        if i in placement.hidden:
+            continue
+        kind = item.get("type", "message")
         handler = _ITEM_HANDLERS.get(kind)
         if handler is not None:
             message = handler(item, param)
@@ -221,6 +239,20 @@ def _items(raw: Any, unseal: Unseal | None = None) -> list[ChatMessage]:
         # Other item types of the SDK union (hosted tool calls, ...) carry nothing a chat
         # template can render; they are accepted and left out of the prompt.
     return _merge_calls(messages)
+
+
+def _compactions(raw: list[Any], unseal: Unseal | None) -> dict[int, Sealed]:
+    """The compaction items' contents by position; 400 for one not sealed by this server."""
+    opened: dict[int, Sealed] = {}
+    for i, item in enumerate(raw):
+        if item.get("type") in COMPACTION_TYPES:
+            try:
+                opened[i] = Sealed.open(item.get("encrypted_content"), unseal)
+            except ValueError as exc:
+                raise _fail(f"Invalid 'input[{i}].encrypted_content': it is not a compaction "
+                            "made by this server, or it was altered.",
+                            f"input[{i}].encrypted_content", "invalid_encrypted_content") from exc  # fmt: skip
+    return opened
 
 
 def _reasoning_text(item: Mapping[str, Any], param: str, unseal: Unseal | None) -> str:
@@ -241,7 +273,8 @@ def _reasoning_text(item: Mapping[str, Any], param: str, unseal: Unseal | None) 
 
 
 _ITEM_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco",
-                "custom_tool_call": "ctc", "custom_tool_call_output": "ctco", "reasoning": "rs"}  # fmt: skip
+                "custom_tool_call": "ctc", "custom_tool_call_output": "ctco", "reasoning": "rs",
+                "compaction": "cmp", "compaction_summary": "cmp"}  # fmt: skip
 
 
 def canonical_input(raw: Any) -> tuple[dict[str, Any], ...]:
@@ -567,7 +600,64 @@ def normalize(body: Any, *, served_model: str, default_temperature: float = 1.0,
         store=state.store, background=state.background,
         previous_response_id=state.previous_response_id, conversation_id=state.conversation_id,
         include_encrypted_reasoning=ENCRYPTED_REASONING in include, unseal=unseal,
+        compaction=_compaction(body),
     )  # fmt: skip
+
+
+def _compaction(body: Mapping[str, Any]) -> Compaction | None:
+    entries = _get(body, "context_management", (list,), "context_management")
+    found: Compaction | None = None
+    for i, entry in enumerate(entries or []):
+        p = f"context_management[{i}]"
+        if not isinstance(entry, dict):
+            raise _fail(f"Invalid '{p}': expected an object.", p, "invalid_type")
+        if entry.get("type") != "compaction":
+            raise _fail(f"Invalid '{p}.type': {entry.get('type')!r}; only 'compaction' is "
+                        "supported.", f"{p}.type")  # fmt: skip
+        threshold = entry.get("compact_threshold")
+        if threshold is not None and (not isinstance(threshold, int) or isinstance(
+                threshold, bool) or threshold < 1000):  # fmt: skip
+            raise _fail(f"Invalid '{p}.compact_threshold': expected an integer of at least 1000 "
+                        "(tokens).", f"{p}.compact_threshold")  # fmt: skip
+        found = Compaction(threshold)
+    return found
+
+
+@dataclass(frozen=True)
+class CompactRequest:
+    """A validated `POST /v1/responses/compact` body."""
+
+    model: str
+    input_items: tuple[dict[str, Any], ...]
+    previous_response_id: str | None
+
+
+def normalize_compact(body: Any, *, unseal: Unseal | None = None) -> CompactRequest:
+    """`model` (required), `input`, `instructions`, `previous_response_id`, `prompt_cache_key`:
+    the history to compact, checked as a create request's input is."""
+    if not isinstance(body, dict):
+        raise _fail("The request body must be a JSON object.", "body", "invalid_type")
+    model = _get(body, "model", (str,), "model")
+    if not model:
+        raise _fail("Missing required parameter: 'model'.", "model", "missing_required_parameter")
+    _get(body, "instructions", (str,), "instructions")
+    _get(body, "prompt_cache_key", (str,), "prompt_cache_key")
+    previous = _get(body, "previous_response_id", (str,), "previous_response_id")
+    raw = body.get("input")
+    if raw is None and previous is None:
+        raise _fail("Missing required parameter: 'input' (or 'previous_response_id').", "input",
+                    "missing_required_parameter")  # fmt: skip
+    if isinstance(raw, list) and len(raw) > MAX_INPUT_ITEMS:
+        raise _fail(f"Invalid 'input': {len(raw)} items; at most {MAX_INPUT_ITEMS} are allowed "
+                    "in one request.", "input", "too_many_items")  # fmt: skip
+    items: tuple[dict[str, Any], ...] = ()
+    if raw is not None:
+        _items(raw, unseal)
+        items = canonical_input(raw)
+    if previous is not None and not is_id(previous):
+        raise NotFound(f"Previous response with id {previous!r} not found.",
+                       param="previous_response_id", code="previous_response_not_found")  # fmt: skip
+    return CompactRequest(model, items, previous)
 
 
 def _has_reference(raw: Any) -> bool:

@@ -21,6 +21,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+from oars.compactor import compact_history
 from oars.errors import InvalidRequest, NotFound, RateLimited, StoreUnavailable
 from oars.events import Event
 from oars.history import History, resolve
@@ -203,6 +204,8 @@ class Runs:
                       previous: Sequence[Json] | None) -> RunHandle:  # fmt: skip
         store = scoped(self.store, request.tenant) if self.store is not None else None
         history = await resolve(request, store, previous)
+        if request.compaction is not None:
+            history = await compact_history(self.service, history)
         run = await self.service.start(history.request)
         handle = RunHandle(request, run, history)
         handle.clock = TokenClock(self.metrics, handle.model)

@@ -114,11 +114,15 @@ class Run:
         self._last_kind: SegmentKind | None = None  # of the last segment sent to the builder
         self._with_logprobs = request.include_logprobs
         self._held = _HeldText()
+        self._compacted = request.compacted
 
     async def events(self, clock: TokenClock | None = None) -> AsyncGenerator[Event, None]:
         """The run's events; `clock` is told of the tokens as they come."""
         for event in self.builder.start() + self.builder.progress():
             yield event
+        if self._compacted is not None:
+            for event in self.builder.compaction(self._compacted):
+                yield event
         finish: EngineChunk | None = None
         try:
             async for chunk in self.engine.generate(self.opened):

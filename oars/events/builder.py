@@ -78,7 +78,7 @@ class _Part:
 
 @dataclass
 class _Item:
-    type: str  # "message" | "reasoning" | "function_call" | "custom_tool_call"
+    type: str  # "message" | "reasoning" | "function_call" | "custom_tool_call" | "compaction"
     id: str
     output_index: int
     status: str = "in_progress"
@@ -90,7 +90,7 @@ class _Item:
     field: StringField | None = None  # custom calls: decodes `input` out of the arguments
     streamed: str = ""  # custom calls: the input sent in deltas so far
     phase: str = ""  # messages: commentary or final_answer, where the model family marks it
-    encrypted: str | None = None  # reasoning: the sealed text, when the request asked for it
+    encrypted: str | None = None  # reasoning: the sealed text, when asked for; compaction: always
 
     def wire(self) -> dict[str, Any]:
         return _ITEM_WIRE[self.type](self)
@@ -134,7 +134,12 @@ def _custom_call_wire(item: _Item) -> dict[str, Any]:
     return {**_call_fields(item), "input": item.streamed}
 
 
+def _compaction_wire(item: _Item) -> dict[str, Any]:
+    return {"id": item.id, "type": "compaction", "encrypted_content": item.encrypted}
+
+
 _ITEM_WIRE: dict[str, Callable[[_Item], dict[str, Any]]] = {
+    "compaction": _compaction_wire,
     "message": _message_wire,
     "reasoning": _reasoning_wire,
     "function_call": _function_call_wire,
@@ -219,6 +224,17 @@ class ResponseBuilder:
             return []
         self.status = "in_progress"
         return [self._emit("response.in_progress", response=self.response)]
+
+    def compaction(self, item: Mapping[str, Any]) -> list[Event]:
+        """A compaction made before generating (`context_management`): the first output item,
+        added and done at once."""
+        added, events = self._add_item(type="compaction", id=item["id"],
+                                       encrypted=item["encrypted_content"])  # fmt: skip
+        self._open = None
+        added.status = "completed"
+        events.append(self._emit("response.output_item.done", output_index=added.output_index,
+                                 item=added.wire()))  # fmt: skip
+        return events
 
     def cancel(self) -> list[Event]:
         """Stopped on request: what was written stays, the open item closes `incomplete`."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
@@ -12,9 +13,10 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from oars import compactor
 from oars.errors import InvalidRequest, NotFound, StoreUnavailable
 from oars.events import Event
-from oars.history import resolve
+from oars.history import items_of, resolve
 from oars.http.common import (
     JSON,
     Shared,
@@ -28,7 +30,14 @@ from oars.http.common import (
     tenant_of,
 )
 from oars.http.sse import encode_stream
-from oars.normalize import ENCRYPTED_REASONING, INCLUDABLE, ResponseRequest, normalize
+from oars.ids import new_id
+from oars.normalize import (
+    ENCRYPTED_REASONING,
+    INCLUDABLE,
+    ResponseRequest,
+    normalize,
+    normalize_compact,
+)
 from oars.runs import RunHandle
 from oars.store.tenant import scoped
 
@@ -186,6 +195,19 @@ async def input_items(request: Request) -> Response:
     if page is None:
         raise NotFound(f"Response with id '{response_id}' not found.", param="response_id")
     return JSON(page_wire(page))
+
+
+async def compact(request: Request) -> Response:
+    oars = shared(request)
+    service = oars.service
+    req = normalize_compact(await read_json(request),
+                            unseal=service.sealer.unseal if service.sealer else None)  # fmt: skip
+    store = scoped(oars.store, tenant_of(request)) if oars.store else None
+    items = await items_of(req.previous_response_id, req.input_items, store)
+    compacted = await compactor.compact(service, req.model, items)
+    body = {"id": new_id("resp"), "object": "response.compaction", "created_at": int(time.time()),
+            "output": [*compacted.kept, compacted.item], "usage": compacted.usage}  # fmt: skip
+    return JSON(body)
 
 
 async def input_tokens(request: Request) -> Response:

@@ -16,6 +16,7 @@ from openapi_spec_validator import validate
 from starlette.routing import Route
 
 from oars.http import create_app
+from oars.sealing import Sealer
 from oars.service import ResponsesService
 from oars.store import SqlStore
 from oars.testing import ScriptedEngine
@@ -23,7 +24,8 @@ from oars.validator import parse_sse
 
 
 def _app(tmp_path: Path) -> Any:
-    return create_app(ResponsesService(ScriptedEngine()), SqlStore(str(tmp_path / "o.db")))
+    service = ResponsesService(ScriptedEngine(), sealer=Sealer(b"2" * 43 + b"="))
+    return create_app(service, SqlStore(str(tmp_path / "o.db")))
 
 
 async def _calls(app: Any) -> tuple[dict[str, Any], list[tuple[str, str, httpx.Response]]]:
@@ -48,6 +50,8 @@ async def _calls(app: Any) -> tuple[dict[str, Any], list[tuple[str, str, httpx.R
             await call("POST", "/v1/responses", json={"model": "m", "input": "hi", "stream": True})
             await call("POST", "/v1/responses", json={"model": "m", "input": 5})
             await call("POST", "/v1/responses/input_tokens", json={"model": "m", "input": "hi"})
+            await call("POST", "/v1/responses/compact", json={"model": "m", "input": "hi"})
+            await call("POST", "/v1/responses/compact", json={"input": "hi"})
             await call("GET", one, f"/v1/responses/{rid}")
             await call("GET", one, "/v1/responses/resp_0123456789abcdef0123")
             await call("GET", f"{one}/input_items", f"/v1/responses/{rid}/input_items")
@@ -88,7 +92,7 @@ def test_the_document_is_openapi_3_1_and_has_every_route(tmp_path: Path) -> None
               for m in (r.methods or set()) - {"HEAD"}}  # fmt: skip
     documented = {(m.upper(), p) for p, ops in doc["paths"].items() for m in ops}
     assert served == documented
-    assert len(served) == 23
+    assert len(served) == 24
 
 
 def test_every_answer_matches_the_document(tmp_path: Path) -> None:

@@ -1,0 +1,205 @@
+"""Writing a compaction: the model itself summarizes a long history.
+
+`compact(service, model, items)` keeps the newest user messages verbatim (within a budget),
+turns everything the model currently sees into a plain transcript, asks the model for a summary
+that keeps what an agent needs to go on (the task, files, commands, decisions, open steps), and
+seals that summary into a `compaction` item covering every other item (see `oars.compaction`).
+
+`compact_history` does this inside a create request with `context_management`, when the prompt
+would pass the threshold or the model's context: the earlier part is compacted, the new input is
+kept as sent, and the compaction item becomes the response's first output item.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from oars.compaction import COMPACTION_TYPES, Sealed, fingerprint, place
+from oars.errors import EngineError, InvalidRequest
+from oars.history import History
+from oars.ids import new_id
+from oars.normalize import ResponseRequest, normalize
+from oars.service import ResponsesService
+from oars.store import Json
+
+log = logging.getLogger("oars.compaction")
+
+SUMMARY_TOKENS = 700  # the summary's length, at most
+KEEP_USER_CHARS = 6000  # user messages kept verbatim, newest first (about 1,500 tokens)
+TRANSCRIPT_TOKENS = 8192  # the summary prompt, at most (less on a smaller context)
+_ENTRY_CHARS = 1600  # one message, call or tool output in the transcript: its head and tail
+_RESERVE = 1024  # tokens left for the reply when deciding a prompt fits the context
+
+INSTRUCTIONS = """\
+You write the memory of a coding agent whose conversation grew too long. The agent will \
+continue the work with only your summary and the user's latest messages, so write down every \
+fact it needs, and nothing else:
+
+1. Task: what the user asked for, in the user's words where they matter.
+2. Files: every file read, created or changed, with its path and what was done to it.
+3. Commands and results: what was run and what it showed (errors, test results, values).
+4. Decisions: what was decided and why.
+5. Done and next: what is finished, and the open steps in order.
+
+Be concrete: names, paths, numbers. Use short bullet points under these five headings. Do not \
+greet, do not comment on the summary, do not invent anything that is not in the transcript."""
+
+
+@dataclass(frozen=True)
+class Compacted:
+    kept: list[Json]  # user messages kept verbatim
+    item: Json  # {"type": "compaction", "id", "encrypted_content"}
+    usage: dict[str, Any]
+
+
+async def compact(service: ResponsesService, model: str, items: Sequence[Json]) -> Compacted:
+    """Summarize what `items` show the model; 400 when there is nothing to compact."""
+    sealer = service.sealer
+    if sealer is None:
+        raise InvalidRequest("This server has no key to seal a compaction with.", param=None,
+                             code="compaction_unavailable")  # fmt: skip
+    opened = {i: Sealed.open(item.get("encrypted_content"), sealer.unseal)
+              for i, item in enumerate(items) if item.get("type") in COMPACTION_TYPES}  # fmt: skip
+    placement = place(items, opened)
+    entries: list[str] = []
+    visible: list[Json] = []
+    for i, item in enumerate(items):
+        if i in placement.summaries:
+            entries.append(f"[Summary of what came before]\n{placement.summaries[i]}")
+        if i not in placement.hidden:
+            visible.append(item)
+            entry = _entry(item)
+            if entry:
+                entries.append(entry)
+    if not entries:
+        raise InvalidRequest("There is nothing to compact: the input holds no messages.",
+                             param="input")  # fmt: skip
+    kept = _kept(visible)
+    summary, usage = await _summarize(service, model, entries)
+    kept_prints = {fingerprint(k) for k in kept}
+    covered = {fingerprint(item) for item in items} - kept_prints
+    sealed = Sealed(summary, frozenset(covered)).seal(sealer.seal)
+    item = {"id": new_id("cmp"), "type": "compaction", "encrypted_content": sealed}
+    log.info("compacted %d items into a %d-character summary, %d user messages kept",
+             len(items), len(summary), len(kept))  # fmt: skip
+    return Compacted(kept, item, usage)
+
+
+def _kept(visible: Sequence[Json]) -> list[Json]:
+    """User messages, newest first, as long as their text fits the budget; in their order."""
+    chosen: list[Json] = []
+    room = KEEP_USER_CHARS
+    for item in reversed(visible):
+        if item.get("type", "message") != "message" or item.get("role") != "user":
+            continue
+        size = len(_text(item.get("content")))
+        if size > room:
+            continue  # summarized instead; an older, shorter one (the task, often) may fit
+        room -= size
+        chosen.append({**item, "status": item.get("status", "completed")})
+    return chosen[::-1]
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    return "\n".join(str(p.get("text", p.get("refusal", ""))) for p in content
+                     if isinstance(p, dict))  # fmt: skip
+
+
+def _cut(text: str, limit: int = _ENTRY_CHARS) -> str:
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n[… {len(text) - 2 * half} characters left out …]\n{text[-half:]}"
+
+
+def _entry(item: Json) -> str:
+    """One item of the history as a line of the transcript ('' for what it need not show)."""
+    kind = item.get("type", "message")
+    if kind == "message":
+        role = {"user": "User", "assistant": "Assistant"}.get(str(item.get("role")), "Instructions")
+        return f"{role}: {_cut(_text(item.get('content')))}"
+    if kind == "function_call":
+        return f"Assistant called {item.get('name')}({_cut(str(item.get('arguments', '')))})"
+    if kind == "custom_tool_call":
+        return f"Assistant called {item.get('name')} with:\n{_cut(str(item.get('input', '')))}"
+    if kind in ("function_call_output", "custom_tool_call_output"):
+        output = item.get("output")
+        text = output if isinstance(output, str) else _text(output)
+        return f"Tool result: {_cut(text)}"
+    return ""
+
+
+async def _summarize(service: ResponsesService, model: str, entries: list[str]
+                     ) -> tuple[str, dict[str, Any]]:  # fmt: skip
+    context = service.engine_for(model).info.context_length
+    budget = min(TRANSCRIPT_TOKENS, (context or TRANSCRIPT_TOKENS) - SUMMARY_TOKENS - 64)
+    chars = budget * 3
+    for _ in range(4):
+        request = _request(service, model, _fit(entries, chars))
+        tokens = await service.count_tokens(request)
+        if tokens <= budget:
+            break
+        chars = int(chars * budget / tokens * 0.9)
+    run = await service.start(request)
+    events = run.events()
+    try:
+        async for _ in events:
+            pass
+    finally:
+        await events.aclose()
+    response = run.builder.response
+    if response["status"] == "failed":
+        raise EngineError(f"the summary could not be written: {response['error']['message']}")
+    summary = "\n".join(part["text"] for item in response["output"] if item["type"] == "message"
+                        for part in item["content"]).strip()  # fmt: skip
+    return summary or _cut("\n".join(entries), 4000), response["usage"]
+
+
+def _fit(entries: list[str], chars: int) -> str:
+    """The first entry (where the task is stated) and as many of the newest as fit."""
+    head, tail, used = entries[:1], [], len(entries[0])
+    for entry in reversed(entries[1:]):
+        if used + len(entry) > chars:
+            break
+        tail.append(entry)
+        used += len(entry)
+    left_out = len(entries) - 1 - len(tail)
+    gap = [f"[… {left_out} earlier entries left out …]"] if left_out else []
+    return "\n\n".join([*head, *gap, *tail[::-1]])
+
+
+def _request(service: ResponsesService, model: str, transcript: str) -> ResponseRequest:
+    body = {"model": model, "instructions": INSTRUCTIONS, "temperature": 0, "store": False,
+            "max_output_tokens": SUMMARY_TOKENS, "input": [{"role": "user", "content": (
+                f"The conversation so far:\n\n{transcript}\n\nWrite the summary now.")}]}  # fmt: skip
+    return normalize(body, served_model=service.default_model)
+
+
+async def compact_history(service: ResponsesService, history: History) -> History:
+    """With `context_management`: compact the context before the new input when the prompt
+    would pass the threshold or the model's context; the compaction leads the output."""
+    request = history.request
+    assert request.compaction is not None
+    tokens = await service.count_tokens(request)
+    context = service.engine_for(request.model).info.context_length
+    threshold = request.compaction.threshold or context
+    reserve = request.engine.sampling.max_output_tokens or _RESERVE
+    over_context = context is not None and tokens + reserve > context
+    if not over_context and (threshold is None or tokens <= threshold):
+        return history
+    earlier = history.context[: len(history.context) - len(history.new_input)]
+    if not earlier:
+        return history  # only new input: nothing earlier to compact
+    compacted = await compact(service, request.model, earlier)
+    whole = [*history.context, compacted.item]  # its summary shows where the earlier items were
+    rendered = replace(request.with_context(whole), compacted=compacted.item)
+    log.info("context of %d tokens compacted before generating (threshold %s)", tokens,
+             threshold)  # fmt: skip
+    return replace(history, request=rendered, context=tuple(whole))

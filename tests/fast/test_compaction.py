@@ -1,0 +1,245 @@
+"""`/v1/responses/compact`, compaction items as input, and `context_management` on create."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from starlette.testclient import TestClient
+
+from oars.compaction import SUMMARY_PREFIX
+from oars.http import create_app
+from oars.sealing import Sealer
+from oars.service import ResponsesService
+from oars.store import SqlStore
+from oars.testing import ScriptedEngine
+from oars.validator import validate_events, validate_sse
+
+KEY = b"1" * 43 + b"="
+HISTORY = [
+    {"type": "message", "role": "user", "content": "Fix the failing test in calc.py."},
+    {"type": "message", "role": "assistant", "content": "Reading the file."},
+    {"type": "function_call", "call_id": "c1", "name": "read", "arguments": '{"path": "calc.py"}'},
+    {"type": "function_call_output", "call_id": "c1", "output": "def add(a, b): return a - b"},
+    {"type": "message", "role": "assistant", "content": "add subtracts; I will fix it."},
+]
+
+
+@asynccontextmanager
+async def _client(engine: ScriptedEngine, store: SqlStore | None = None
+                  ) -> AsyncIterator[httpx.AsyncClient]:  # fmt: skip
+    app = create_app(ResponsesService(engine, sealer=Sealer(KEY)), store)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t/v1") as client:
+            yield client
+
+
+def _post(engine: ScriptedEngine, path: str, body: Any) -> httpx.Response:
+    async def go() -> httpx.Response:
+        async with _client(engine) as client:
+            return await client.post(path, json=body)
+
+    return asyncio.run(go())
+
+
+def _prompt(engine: ScriptedEngine, index: int = -1) -> list[tuple[str, str]]:
+    return [(m.role, m.content) for m in engine.requests[index].messages]
+
+
+def _compacted(engine: ScriptedEngine, items: list[Any] = HISTORY) -> dict[str, Any]:
+    r = _post(engine, "/responses/compact", {"model": "m", "input": items})
+    assert r.status_code == 200, r.text
+    body: dict[str, Any] = r.json()
+    return body
+
+
+def test_compact_keeps_user_messages_and_seals_a_summary_the_model_wrote() -> None:
+    engine = ScriptedEngine(["Task: fix add in calc.py."])
+    body = _compacted(engine)
+    assert body["object"] == "response.compaction" and body["id"].startswith("resp_")
+    assert isinstance(body["created_at"], int)
+    *kept, item = body["output"]
+    assert [(k["role"], k["content"][0]["text"]) for k in kept] == [
+        ("user", "Fix the failing test in calc.py.")]  # fmt: skip
+    assert item["type"] == "compaction" and item["id"].startswith("cmp_")
+    assert "calc.py" not in item["encrypted_content"]  # sealed, not readable
+    assert body["usage"]["output_tokens"] == 1 and body["usage"]["input_tokens"] > 0
+    # the summary was asked of the model, with the whole history as a transcript
+    [(system, instructions), (user, transcript)] = _prompt(engine)
+    assert system == "system" and "Files" in instructions and user == "user"
+    for fact in ("Fix the failing test", "Assistant called read", "return a - b",
+                 "add subtracts"):  # fmt: skip
+        assert fact in transcript
+
+
+def test_the_compacted_output_as_input_is_the_summary_in_the_prompt() -> None:
+    engine = ScriptedEngine(["Task: fix add in calc.py."])
+    output = _compacted(engine)["output"]
+    question = {"type": "message", "role": "user", "content": "Go on."}
+    r = _post(engine, "/responses", {"model": "m", "input": [*output, question]})
+    assert r.status_code == 200, r.text
+    assert _prompt(engine) == [("user", "Fix the failing test in calc.py."),
+                               ("user", SUMMARY_PREFIX + "Task: fix add in calc.py."),
+                               ("user", "Go on.")]  # fmt: skip
+
+
+def test_the_whole_history_sent_back_with_the_item_renders_the_same() -> None:
+    engine = ScriptedEngine(["S."])
+    item = _compacted(engine)["output"][-1]
+    question = {"type": "message", "role": "user", "content": "Go on."}
+    _post(engine, "/responses", {"model": "m", "input": [*HISTORY, item, question]})
+    assert _prompt(engine) == [("user", "Fix the failing test in calc.py."),
+                               ("user", SUMMARY_PREFIX + "S."), ("user", "Go on.")]  # fmt: skip
+
+
+def test_a_second_compaction_covers_the_first() -> None:
+    engine = ScriptedEngine(["S."])
+    first = _compacted(engine)["output"]
+    more = [*first, {"type": "message", "role": "assistant", "content": "Fixed."},
+            {"type": "message", "role": "user", "content": "Now the docs."}]  # fmt: skip
+    second = _compacted(engine, more)["output"]
+    assert [i.get("role") or i["type"] for i in second] == ["user", "user", "compaction"]
+    _post(engine, "/responses", {"model": "m", "input": [*more, second[-1]]})
+    prompt = _prompt(engine)
+    assert [c for _, c in prompt].count(SUMMARY_PREFIX + "S.") == 1
+    assert ("assistant", "Fixed.") not in prompt
+
+
+@pytest.mark.parametrize(("body", "param", "code"), [
+    ({"input": HISTORY}, "model", "missing_required_parameter"),
+    ({"model": "m"}, "input", "missing_required_parameter"),
+    ({"model": "m", "input": 3}, "input", "invalid_type"),
+    ({"model": "m", "input": [{"type": "message", "role": "user", "content": 1}]},
+     "input[0].content", "invalid_value"),
+    ({"model": "m", "input": [{"type": "compaction", "encrypted_content": "x"}]},
+     "input[0].encrypted_content", "invalid_encrypted_content"),
+])  # fmt: skip
+def test_a_bad_compact_request_is_400(body: dict[str, Any], param: str, code: str) -> None:
+    r = _post(ScriptedEngine(), "/responses/compact", body)
+    assert r.status_code == 400, r.text
+    assert (r.json()["error"]["param"], r.json()["error"]["code"]) == (param, code)
+
+
+def test_a_tampered_compaction_is_400_on_create() -> None:
+    engine = ScriptedEngine(["S."])
+    item = _compacted(engine)["output"][-1]
+    sealed = item["encrypted_content"]
+    forged = {**item, "encrypted_content": sealed[:-6] + ("A" if sealed[-6] != "A" else "B")
+              + sealed[-5:]}  # fmt: skip
+    r = _post(engine, "/responses", {"model": "m", "input": [
+        forged, {"role": "user", "content": "hi"}]})  # fmt: skip
+    assert r.status_code == 400
+    assert r.json()["error"]["param"] == "input[0].encrypted_content"
+
+
+def test_compact_from_a_stored_previous_response(tmp_path: Path) -> None:
+    engine = ScriptedEngine(["Noted."])
+
+    async def go() -> None:
+        async with _client(engine, SqlStore(f"sqlite:///{tmp_path}/oars.db")) as client:
+            first = (await client.post("/responses", json={"model": "m", "input": HISTORY})).json()
+            r = await client.post("/responses/compact", json={
+                "model": "m", "previous_response_id": first["id"],
+                "input": [{"role": "user", "content": "And the docs."}]})  # fmt: skip
+            assert r.status_code == 200, r.text
+            kept = [k["content"][0]["text"] for k in r.json()["output"][:-1]]
+            assert kept == ["Fix the failing test in calc.py.", "And the docs."]
+            missing = await client.post("/responses/compact", json={
+                "model": "m", "previous_response_id": "resp_gone", "input": "x"})  # fmt: skip
+            assert missing.status_code == 404
+            assert missing.json()["error"]["code"] == "previous_response_not_found"
+
+    asyncio.run(go())
+
+
+LONG = " ".join(["filler"] * 1200)
+
+
+def test_context_management_compacts_a_long_chain_first(tmp_path: Path) -> None:
+    engine = ScriptedEngine(["Short."])
+
+    async def go() -> None:
+        async with _client(engine, SqlStore(f"sqlite:///{tmp_path}/oars.db")) as client:
+            first = (await client.post("/responses", json={
+                "model": "m", "input": [{"role": "user", "content": "Task: count."},
+                                        {"role": "user", "content": LONG}]})).json()  # fmt: skip
+            managed = {"context_management": [{"type": "compaction", "compact_threshold": 1000}]}
+            r = await client.post("/responses", json={
+                "model": "m", "stream": True, "previous_response_id": first["id"],
+                "input": "Next?", **managed})  # fmt: skip
+            report = validate_sse(r.text)
+            assert report.ok, report.text()
+            final = report.final
+            assert final is not None
+            assert [i["type"] for i in final["output"]] == ["compaction", "message"]
+            assert engine.requests[-2].messages[0].role == "system"  # the summary's prompt
+            prompt = _prompt(engine)
+            assert all(LONG not in c for _, c in prompt), "the long message was compacted"
+            assert prompt[0] == ("user", "Task: count.") and prompt[-1] == ("user", "Next?")
+            assert ("user", SUMMARY_PREFIX + "Short.") in prompt
+            # the chain goes on from the compaction, without compacting again
+            calls = len(engine.requests)
+            again = await client.post(
+                "/responses",
+                json={
+                    "model": "m",
+                    "previous_response_id": final["id"],
+                    "input": "And?",
+                    **managed,
+                },
+            )
+            assert again.status_code == 200
+            summaries = [r for r in engine.requests[calls:] if r.messages[0].role == "system"]
+            assert not summaries
+            assert all(LONG not in c for _, c in _prompt(engine))
+            assert [i["type"] for i in again.json()["output"]] == ["message"]
+
+    asyncio.run(go())
+
+
+def test_context_management_leaves_a_short_context_alone() -> None:
+    engine = ScriptedEngine(["Hi."])
+    r = _post(engine, "/responses", {"model": "m", "input": "hi", "context_management": [
+        {"type": "compaction", "compact_threshold": 1000}]})  # fmt: skip
+    assert [i["type"] for i in r.json()["output"]] == ["message"]
+    assert all(r.messages[0].role != "system" for r in engine.requests)
+
+
+@pytest.mark.parametrize(("entries", "param"), [
+    ("x", "context_management"),
+    ([{"type": "truncate"}], "context_management[0].type"),
+    ([{"type": "compaction", "compact_threshold": 10}], "context_management[0].compact_threshold"),
+    ([{"type": "compaction", "compact_threshold": "big"}],
+     "context_management[0].compact_threshold"),
+])  # fmt: skip
+def test_bad_context_management_is_400(entries: Any, param: str) -> None:
+    r = _post(ScriptedEngine(), "/responses", {"model": "m", "input": "x",
+                                               "context_management": entries})  # fmt: skip
+    assert r.status_code == 400 and r.json()["error"]["param"] == param
+
+
+def test_a_compacted_history_starts_a_new_websocket_chain() -> None:
+    engine = ScriptedEngine(["Code word: slate."])
+    output = _compacted(engine, [
+        {"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "Remember the code word: slate."}]},
+        {"type": "message", "role": "assistant", "content": [
+            {"type": "output_text", "text": "OK."}]}])["output"]  # fmt: skip
+    app = create_app(ResponsesService(engine, sealer=Sealer(KEY)))
+    with TestClient(app) as client, client.websocket_connect("/v1/responses") as ws:
+        ws.send_text(json.dumps({"type": "response.create", "model": "m", "store": False,
+                                 "tools": [], "input": [*output, {"type": "message",
+                                 "role": "user", "content": "Continue."}]}))  # fmt: skip
+        frames = [json.loads(ws.receive_text())]
+        while frames[-1]["type"] not in ("response.completed", "response.failed", "error"):
+            frames.append(json.loads(ws.receive_text()))
+    assert frames[-1]["type"] == "response.completed", frames[-1]
+    assert validate_events(frames).ok
+    assert ("user", SUMMARY_PREFIX + "Code word: slate.") in _prompt(engine)
