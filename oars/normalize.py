@@ -59,6 +59,7 @@ class ResponseRequest:
     tenant: str = ""  # whose the response will be (the hashed API key; '' without keys)
     compaction: Compaction | None = None  # `context_management`: compact a long context first
     compacted: dict[str, Any] | None = None  # the compaction item made for it: its first output
+    generate: bool = True  # false: take the input (a client's prewarm) and generate nothing
 
     def with_context(self, items: list[dict[str, Any]]) -> ResponseRequest:
         """The same request, its prompt rendered from these items (history, then new input)."""
@@ -601,6 +602,7 @@ def normalize(body: Any, *, served_model: str, default_temperature: float = 1.0,
         previous_response_id=state.previous_response_id, conversation_id=state.conversation_id,
         include_encrypted_reasoning=ENCRYPTED_REASONING in include, unseal=unseal,
         compaction=_compaction(body),
+        generate=_get(body, "generate", (bool,), "generate") is not False,
     )  # fmt: skip
 
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field, replace
 
 from oars.engines import Engine, Opened
 from oars.errors import EngineError, NotFound
 from oars.events import Event, ResponseBuilder
-from oars.generation import EngineChunk, TokenLogprob, Usage
+from oars.generation import EngineChunk, EngineRequest, FinishReason, TokenLogprob, Usage
 from oars.metrics import TokenClock
 from oars.normalize import ResponseRequest
 from oars.parsing import Segment, SegmentKind
@@ -59,6 +59,9 @@ class ResponsesService:
             tools=tools, background=request.background,
             seal=self.sealer.seal if self.sealer and request.include_encrypted_reasoning else None,
         )  # fmt: skip
+        if not request.generate:
+            return Run(_Unread(engine, await engine.count_tokens(request.engine)), opened,
+                       builder, request)  # fmt: skip
         return Run(engine, opened, builder, request)
 
     async def count_tokens(self, request: ResponseRequest) -> int:
@@ -96,6 +99,27 @@ class _HeldText:
         self.logprobs.extend(logprobs)
         spelled = "".join(lp.token for lp in self.logprobs)
         return spelled == self.text or not spelled.startswith(self.text)
+
+
+class _Unread:
+    """`generate: false` (Codex prewarms a socket with it): the input is taken and counted, and
+    the response completes with no output; a continuation of it renders the input again."""
+
+    def __init__(self, engine: Engine, input_tokens: int) -> None:
+        self.engine, self.info, self.input_tokens = engine, engine.info, input_tokens
+
+    @property
+    def busy(self) -> bool:
+        return self.engine.busy
+
+    async def open(self, request: EngineRequest) -> Opened:
+        return await self.engine.open(request)
+
+    async def count_tokens(self, request: EngineRequest) -> int:
+        return await self.engine.count_tokens(request)
+
+    async def generate(self, opened: Opened) -> AsyncIterator[EngineChunk]:
+        yield EngineChunk("", 0, finish=FinishReason.STOP, usage=Usage(self.input_tokens))
 
 
 class Run:

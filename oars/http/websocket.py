@@ -155,6 +155,6 @@ async def responses_socket(websocket: WebSocket) -> None:
     await websocket.accept()
     log.info("websocket opened")
     await _Socket(websocket).serve()
-    with contextlib.suppress(RuntimeError, OSError):
-        await websocket.close()
+    with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
+        await websocket.close()  # the client may have closed first
     log.info("websocket closed")

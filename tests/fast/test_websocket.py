@@ -218,3 +218,18 @@ def test_http_is_untouched_on_the_same_path() -> None:
         assert client.post("/v1/responses", json={"model": "m", "input": "x"}).status_code == 200
         with pytest.raises(WebSocketDisconnect), client.websocket_connect("/v1/nowhere"):
             pass
+
+
+def test_generate_false_takes_the_input_and_a_continuation_renders_it() -> None:
+    """Codex prewarms a socket with `generate: false`, then continues from that response."""
+    engine = _Counting()
+    with _client(engine) as client, client.websocket_connect("/v1/responses") as ws:
+        warm = _turn(ws, _create(input="You are terse.", store=False, generate=False))
+        assert validate_events(warm).ok
+        final = warm[-1]["response"]
+        assert final["status"] == "completed" and final["output"] == []
+        assert final["usage"]["input_tokens"] > 0 and engine.produced == 0
+        frames = _turn(ws, _create(input="Hi.", store=False, previous_response_id=final["id"]))
+        assert frames[-1]["type"] == "response.completed" and engine.produced > 0
+    prompt = [(m.role, m.content) for m in engine.requests[-1].messages]
+    assert prompt == [("user", "You are terse."), ("user", "Hi.")]
