@@ -73,6 +73,8 @@ class Metrics:
         self.store_seconds = Histogram(LATENCY_BUCKETS)  # (operation,)
         self.upstream_seconds = Histogram(LATENCY_BUCKETS)  # (model,) to the first byte
         self.upstream_errors: dict[Labels, int] = defaultdict(int)  # (model, code)
+        self.sockets: dict[Labels, int] = defaultdict(int)  # () → connections accepted
+        self.socket_requests: dict[Labels, int] = defaultdict(int)  # (outcome,)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(self))  # type: ignore[arg-type]
 
@@ -90,6 +92,13 @@ class Metrics:
         self.tokens[(model, "input")] += usage.get("input_tokens", 0)
         self.tokens[(model, "cached")] += details.get("cached_tokens", 0)
         self.tokens[(model, "output")] += usage.get("output_tokens", 0)
+
+    def socket_opened(self) -> None:
+        self.sockets[()] += 1
+
+    def socket_request(self, outcome: str) -> None:
+        """A `response.create` frame: `response` (a response ran) or `error` (an error frame)."""
+        self.socket_requests[(outcome,)] += 1
 
     def store_call(self, operation: str, seconds: float) -> None:
         self.store_seconds.observe((operation,), seconds)
@@ -161,6 +170,11 @@ class _Collector:
                                         ["model"])  # fmt: skip
         yield _counter("oars_upstream_errors", "Upstream requests that failed before answering.",
                        ["model", "code"], m.upstream_errors)  # fmt: skip
+        yield _counter("oars_websockets", "WebSocket connections accepted on /v1/responses.", [],
+                       m.sockets)  # fmt: skip
+        yield _counter("oars_websocket_requests", "Frames sent on WebSockets, by outcome: a "
+                       "response ran, or an error frame answered.", ["outcome"],
+                       m.socket_requests)  # fmt: skip
         running = GaugeMetricFamily("oars_generations_running", "Generations producing tokens.",
                                     labels=["model"])  # fmt: skip
         queued = GaugeMetricFamily("oars_generations_queued",

@@ -88,16 +88,15 @@ class _Socket:
             known = self.last[1] if self.last and self.last[0] == previous else None
             handle = await self.oars.runs.submit(req, known)
         except (ClientError, EngineError, StoreUnavailable) as exc:
-            self._forget(previous)
-            await self._send({"type": "error", "status": exc.status, **exc.body()})
+            await self._error(previous, exc.status, exc.body())
             return
         except Exception:
             log.exception("websocket response.create")
-            self._forget(previous)
-            await self._send({"type": "error", "status": 500, "error": {
+            await self._error(previous, 500, {"error": {
                 "type": "server_error", "code": "server_error", "message": "internal server "
                 "error", "param": None}})  # fmt: skip
             return
+        self.oars.metrics.socket_request("response")
         self.running = handle
         try:
             async for event in handle.events():
@@ -108,6 +107,12 @@ class _Socket:
             if not handle.done:  # the client went away mid-response
                 handle.cancel()
         self._remember(handle, previous)
+
+    async def _error(self, previous: str | None, status: int, body: dict[str, Any]) -> None:
+        """A request that failed before its response started: one error frame."""
+        self.oars.metrics.socket_request("error")
+        self._forget(previous)
+        await self._send({"type": "error", "status": status, **body})
 
     def _remember(self, handle: RunHandle, previous: str | None) -> None:
         """A finished response becomes the one to continue from; a failed continuation
@@ -153,6 +158,7 @@ def _create_body(frame: str) -> Any:
 
 async def responses_socket(websocket: WebSocket) -> None:
     await websocket.accept()
+    websocket.app.state.oars.metrics.socket_opened()
     log.info("websocket opened")
     await _Socket(websocket).serve()
     with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):

@@ -233,3 +233,14 @@ def test_generate_false_takes_the_input_and_a_continuation_renders_it() -> None:
         assert frames[-1]["type"] == "response.completed" and engine.produced > 0
     prompt = [(m.role, m.content) for m in engine.requests[-1].messages]
     assert prompt == [("user", "You are terse."), ("user", "Hi.")]
+
+
+def test_sockets_and_their_requests_are_counted() -> None:
+    with _client() as client:
+        with client.websocket_connect("/v1/responses") as ws:
+            _turn(ws, _create(input="x"))
+            _turn(ws, _create(input="x", previous_response_id="resp_nope"))
+        text = client.get("/metrics").text
+    assert "oars_websockets_total 1.0" in text
+    assert 'oars_websocket_requests_total{outcome="response"} 1.0' in text
+    assert 'oars_websocket_requests_total{outcome="error"} 1.0' in text
