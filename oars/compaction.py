@@ -2,10 +2,11 @@
 
 A `compaction` item carries a summary of the items it replaced, sealed with the server's key
 (`encrypted_content`), and the fingerprints of those items. Wherever it appears in a context,
-the items it covers are left out and its summary takes the place of the first of them; the items
-it did not cover (the user messages kept verbatim, what came after) stay as they are. So a client
-may send back its whole history, or only what `/v1/responses/compact` returned, or chain by
-`previous_response_id`: the model sees the same prompt.
+the items it covers are left out and its summary goes with the instructions, at the head of the
+prompt; the items it did not cover (the user messages kept verbatim, what came after) stay as
+they are. So a client may send back its whole history, or only what `/v1/responses/compact`
+returned, or chain by `previous_response_id`: the model sees the same prompt. (A small model
+follows the user's latest words far better when the summary does not sit between them.)
 
 Fingerprints ignore ids and statuses, which clients drop or rewrite when they send items back.
 """
@@ -87,7 +88,7 @@ class Placement:
     """How the compaction items of a list of items shape what the model sees."""
 
     hidden: frozenset[int]  # positions left out: covered items, and compaction items themselves
-    summaries: Mapping[int, str]  # position → a summary shown just before that position's item
+    summaries: Mapping[int, str]  # position of the first covered item → that summary
 
 
 def place(items: Sequence[Item], opened: Mapping[int, Sealed]) -> Placement:

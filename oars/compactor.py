@@ -35,17 +35,17 @@ _RESERVE = 1024  # tokens left for the reply when deciding a prompt fits the con
 
 INSTRUCTIONS = """\
 You write the memory of a coding agent whose conversation grew too long. The agent will \
-continue the work with only your summary and the user's latest messages, so write down every \
-fact it needs, and nothing else:
+continue the work with only your summary and the user's latest messages. Write these five \
+headings, each with a few short bullet points:
 
-1. Task: what the user asked for, in the user's words where they matter.
-2. Files: every file read, created or changed, with its path and what was done to it.
-3. Commands and results: what was run and what it showed (errors, test results, values).
-4. Decisions: what was decided and why.
-5. Done and next: what is finished, and the open steps in order.
+Task: what the user asked for, in the user's words where they matter.
+Files: the files read, created or changed, with their paths and what was done to them.
+Results: what commands and tools showed (errors, test results, values).
+Decisions: what was decided and why.
+Next: the open steps, in order.
 
-Be concrete: names, paths, numbers. Use short bullet points under these five headings. Do not \
-greet, do not comment on the summary, do not invent anything that is not in the transcript."""
+Be concrete (names, paths, numbers) and brief: at most 200 words. Say each fact once; group \
+repeated actions into one bullet. Do not greet and do not invent anything."""
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,36 @@ def _text(content: Any) -> str:
                      if isinstance(p, dict))  # fmt: skip
 
 
+def _squeeze(text: str) -> str:
+    """Runs of one repeated line become one line (a small model copies repetition)."""
+    out: list[str] = []
+    run = 0
+    for line in [*text.split("\n"), None]:
+        if out and line == out[-1]:
+            run += 1
+            continue
+        if run:
+            out[-1] += f"  [{run + 1} times]"
+        run = 0
+        if line is not None:
+            out.append(line)
+    return "\n".join(out)
+
+
+def _once(summary: str) -> str:
+    """The summary with each non-blank line said once (a small model may loop)."""
+    seen: set[str] = set()
+    kept = []
+    for line in summary.split("\n"):
+        if line.strip() and line in seen:
+            continue
+        seen.add(line)
+        kept.append(line)
+    return "\n".join(kept).strip()
+
+
 def _cut(text: str, limit: int = _ENTRY_CHARS) -> str:
+    text = _squeeze(text)
     if len(text) <= limit:
         return text
     half = limit // 2
@@ -157,8 +186,8 @@ async def _summarize(service: ResponsesService, model: str, entries: list[str]
     response = run.builder.response
     if response["status"] == "failed":
         raise EngineError(f"the summary could not be written: {response['error']['message']}")
-    summary = "\n".join(part["text"] for item in response["output"] if item["type"] == "message"
-                        for part in item["content"]).strip()  # fmt: skip
+    summary = _once("\n".join(part["text"] for item in response["output"]
+                              if item["type"] == "message" for part in item["content"]))  # fmt: skip
     return summary or _cut("\n".join(entries), 4000), response["usage"]
 
 
@@ -177,6 +206,7 @@ def _fit(entries: list[str], chars: int) -> str:
 
 def _request(service: ResponsesService, model: str, transcript: str) -> ResponseRequest:
     body = {"model": model, "instructions": INSTRUCTIONS, "temperature": 0, "store": False,
+            "repetition_penalty": 1.15,
             "max_output_tokens": SUMMARY_TOKENS, "input": [{"role": "user", "content": (
                 f"The conversation so far:\n\n{transcript}\n\nWrite the summary now.")}]}  # fmt: skip
     return normalize(body, served_model=service.default_model)

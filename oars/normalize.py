@@ -222,8 +222,6 @@ def _items(raw: Any, unseal: Unseal | None = None) -> list[ChatMessage]:
     placement = place(raw, _compactions(raw, unseal))
     for i, item in enumerate(raw):
         param = f"input[{i}]"
-        if i in placement.summaries:
-            messages.append(ChatMessage("user", SUMMARY_PREFIX + placement.summaries[i]))
         if i in placement.hidden:
             continue
         kind = item.get("type", "message")
@@ -239,6 +237,9 @@ def _items(raw: Any, unseal: Unseal | None = None) -> list[ChatMessage]:
             reasoning += _reasoning_text(item, param, unseal)
         # Other item types of the SDK union (hosted tool calls, ...) carry nothing a chat
         # template can render; they are accepted and left out of the prompt.
+    if placement.summaries:  # what came before all that is left: it goes with the instructions
+        summaries = [placement.summaries[i] for i in sorted(placement.summaries)]
+        messages.insert(0, ChatMessage("system", SUMMARY_PREFIX + "\n\n".join(summaries)))
     return _merge_calls(messages)
 
 

@@ -14,6 +14,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from oars.compaction import SUMMARY_PREFIX
+from oars.compactor import INSTRUCTIONS
 from oars.http import create_app
 from oars.sealing import Sealer
 from oars.service import ResponsesService
@@ -53,6 +54,10 @@ def _prompt(engine: ScriptedEngine, index: int = -1) -> list[tuple[str, str]]:
     return [(m.role, m.content) for m in engine.requests[index].messages]
 
 
+def _summarizing(request: Any) -> bool:
+    return bool(request.messages[0].content == INSTRUCTIONS)
+
+
 def _compacted(engine: ScriptedEngine, items: list[Any] = HISTORY) -> dict[str, Any]:
     r = _post(engine, "/responses/compact", {"model": "m", "input": items})
     assert r.status_code == 200, r.text
@@ -85,8 +90,8 @@ def test_the_compacted_output_as_input_is_the_summary_in_the_prompt() -> None:
     question = {"type": "message", "role": "user", "content": "Go on."}
     r = _post(engine, "/responses", {"model": "m", "input": [*output, question]})
     assert r.status_code == 200, r.text
-    assert _prompt(engine) == [("user", "Fix the failing test in calc.py."),
-                               ("user", SUMMARY_PREFIX + "Task: fix add in calc.py."),
+    assert _prompt(engine) == [("system", SUMMARY_PREFIX + "Task: fix add in calc.py."),
+                               ("user", "Fix the failing test in calc.py."),
                                ("user", "Go on.")]  # fmt: skip
 
 
@@ -95,8 +100,9 @@ def test_the_whole_history_sent_back_with_the_item_renders_the_same() -> None:
     item = _compacted(engine)["output"][-1]
     question = {"type": "message", "role": "user", "content": "Go on."}
     _post(engine, "/responses", {"model": "m", "input": [*HISTORY, item, question]})
-    assert _prompt(engine) == [("user", "Fix the failing test in calc.py."),
-                               ("user", SUMMARY_PREFIX + "S."), ("user", "Go on.")]  # fmt: skip
+    assert _prompt(engine) == [("system", SUMMARY_PREFIX + "S."),
+                               ("user", "Fix the failing test in calc.py."),
+                               ("user", "Go on.")]  # fmt: skip
 
 
 def test_a_second_compaction_covers_the_first() -> None:
@@ -179,11 +185,11 @@ def test_context_management_compacts_a_long_chain_first(tmp_path: Path) -> None:
             final = report.final
             assert final is not None
             assert [i["type"] for i in final["output"]] == ["compaction", "message"]
-            assert engine.requests[-2].messages[0].role == "system"  # the summary's prompt
+            assert _summarizing(engine.requests[-2])
             prompt = _prompt(engine)
             assert all(LONG not in c for _, c in prompt), "the long message was compacted"
-            assert prompt[0] == ("user", "Task: count.") and prompt[-1] == ("user", "Next?")
-            assert ("user", SUMMARY_PREFIX + "Short.") in prompt
+            assert prompt == [("system", SUMMARY_PREFIX + "Short."), ("user", "Task: count."),
+                              ("user", "Next?")]  # fmt: skip
             # the chain goes on from the compaction, without compacting again
             calls = len(engine.requests)
             again = await client.post(
@@ -196,8 +202,7 @@ def test_context_management_compacts_a_long_chain_first(tmp_path: Path) -> None:
                 },
             )
             assert again.status_code == 200
-            summaries = [r for r in engine.requests[calls:] if r.messages[0].role == "system"]
-            assert not summaries
+            assert not [r for r in engine.requests[calls:] if _summarizing(r)]
             assert all(LONG not in c for _, c in _prompt(engine))
             assert [i["type"] for i in again.json()["output"]] == ["message"]
 
@@ -209,7 +214,7 @@ def test_context_management_leaves_a_short_context_alone() -> None:
     r = _post(engine, "/responses", {"model": "m", "input": "hi", "context_management": [
         {"type": "compaction", "compact_threshold": 1000}]})  # fmt: skip
     assert [i["type"] for i in r.json()["output"]] == ["message"]
-    assert all(r.messages[0].role != "system" for r in engine.requests)
+    assert not [r for r in engine.requests if _summarizing(r)]
 
 
 @pytest.mark.parametrize(("entries", "param"), [
@@ -242,4 +247,17 @@ def test_a_compacted_history_starts_a_new_websocket_chain() -> None:
             frames.append(json.loads(ws.receive_text()))
     assert frames[-1]["type"] == "response.completed", frames[-1]
     assert validate_events(frames).ok
-    assert ("user", SUMMARY_PREFIX + "Code word: slate.") in _prompt(engine)
+    assert ("system", SUMMARY_PREFIX + "Code word: slate.") in _prompt(engine)
+
+
+def test_repetition_is_squeezed_out_of_the_transcript_and_the_summary() -> None:
+    """A small model copies repeated lines and may loop: the transcript shows a run of one line
+    once, and the summary keeps each line once."""
+    engine = ScriptedEngine(["Task: x\n", "- x = 1\n", "- x = 1\n", "- x = 1\n", "Next: y"])
+    output = [{"type": "function_call_output", "call_id": "c1", "output": "x = 1\n" * 40}]
+    call = {"type": "function_call", "call_id": "c1", "name": "read", "arguments": "{}"}
+    item = _compacted(engine, [HISTORY[0], call, *output])["output"][-1]
+    transcript = _prompt(engine)[-1][1]
+    assert "x = 1  [40 times]" in transcript and "x = 1\nx = 1" not in transcript
+    summary = json.loads(Sealer(KEY).unseal(item["encrypted_content"]))["summary"]
+    assert summary == "Task: x\n- x = 1\nNext: y"

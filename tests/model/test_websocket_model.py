@@ -1,0 +1,268 @@
+"""WebSocket mode and compaction against a real `oars serve` on the default model.
+
+The first test plays the scenarios of the Open Responses compliance suite's WebSocket and
+compaction tests (their requests and checks, rewritten here), all at once as the suite runs them,
+with its 30-second limit per turn; every response's frames also go through the stream validator.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from websockets.sync.client import connect
+from websockets.sync.connection import Connection
+
+from oars.validator import SNAPSHOT_FIELDS, validate_events
+
+pytestmark = pytest.mark.model
+
+MODEL = "qwen2.5-coder-0.5b-instruct"
+TERMINAL = ("response.completed", "response.incomplete", "response.failed")
+TURN_SECONDS = 30.0  # the compliance suite's limit for one WebSocket turn
+Turn = dict[str, Any]  # {"frames": [...], "response": final or None, "error": frame or None}
+
+
+def _socket(server: str) -> Connection:
+    return connect(server.replace("http://", "ws://") + "/responses", open_timeout=10)
+
+
+def _turn(ws: Connection, body: dict[str, Any]) -> Turn:
+    ws.send(json.dumps({"type": "response.create", "model": MODEL, "temperature": 0,
+                        "max_output_tokens": 24, **body}))  # fmt: skip
+    frames: list[dict[str, Any]] = []
+    deadline = time.monotonic() + TURN_SECONDS
+    while True:
+        frame = json.loads(ws.recv(timeout=max(0.1, deadline - time.monotonic())))
+        frames.append(frame)
+        if frame["type"] == "error" and len(frames) == 1:
+            return {"frames": frames, "response": None, "error": frame}
+        if frame["type"] in TERMINAL:
+            return {"frames": frames, "response": frame["response"], "error": None}
+
+
+def _completed(turn: Turn, where: str) -> list[str]:
+    """The suite's checks on a response turn, and the validator's."""
+    if turn["response"] is None:
+        return [f"{where}: no response: {turn['error']}"]
+    errors = [f"{where}: {v}" for v in validate_events(turn["frames"]).violations]
+    response = turn["response"]
+    missing = [k for k in SNAPSHOT_FIELDS if k not in response]
+    if missing:
+        errors.append(f"{where}: snapshot lacks {missing}")
+    if response["status"] != "completed" or not response["output"]:
+        errors.append(f"{where}: status {response['status']}, output {response['output']}")
+    return errors
+
+
+def _not_found(turn: Turn, where: str) -> list[str]:
+    error = turn["error"] or {}
+    code = (error.get("error") or {}).get("code")
+    shape = set(error) == {"type", "status", "error"} and set(error.get("error", {})) == {
+        "type", "code", "message", "param"}  # fmt: skip
+    if code != "previous_response_not_found" or not shape:
+        return [f"{where}: expected a previous_response_not_found error frame, got {error}"]
+    return []
+
+
+def _basic(server: str) -> list[str]:
+    with _socket(server) as ws:
+        turn = _turn(ws, {"input": [{"type": "message", "role": "user",
+                                     "content": "Count from 1 to 3."}]})  # fmt: skip
+    return _completed(turn, "response")
+
+
+def _sequential(server: str) -> list[str]:
+    with _socket(server) as ws:
+        first = _turn(ws, {"store": False, "input": "Reply with exactly: first"})
+        second = _turn(ws, {"store": False, "input": "Reply with exactly: second"})
+    return _completed(first, "turn 1") + _completed(second, "turn 2")
+
+
+def _continuation(server: str) -> list[str]:
+    with _socket(server) as ws:
+        first = _turn(ws, {"store": False, "input": "Remember the code word: cobalt. Reply "
+                           "with OK."})  # fmt: skip
+        if first["response"] is None:
+            return _completed(first, "turn 1")
+        second = _turn(
+            ws,
+            {
+                "store": False,
+                "previous_response_id": first["response"]["id"],
+                "input": "What is the code word? Reply with only the code word.",
+            },
+        )
+    errors = _completed(first, "turn 1") + _completed(second, "turn 2")
+    prompt_tokens = second["response"]["usage"]["input_tokens"] if second["response"] else 0
+    if prompt_tokens <= first["response"]["usage"]["input_tokens"]:
+        errors.append("turn 2's prompt does not hold turn 1")
+    return errors
+
+
+def _reconnect(server: str) -> list[str]:
+    with _socket(server) as ws:
+        first = _turn(ws, {"store": False, "input": "Remember the code word: copper. Reply "
+                           "with OK."})  # fmt: skip
+    if first["response"] is None:
+        return _completed(first, "turn 1")
+    with _socket(server) as ws:
+        missed = _turn(ws, {"store": False, "previous_response_id": first["response"]["id"],
+                            "input": "Try to continue after reconnect. Reply with exactly: "
+                            "reconnected"})  # fmt: skip
+        recovery = _turn(ws, {"store": False, "input": [{"type": "message", "role": "user",
+                              "content": "Start a new response and reply with exactly: "
+                              "recovered"}]})  # fmt: skip
+    return _not_found(missed, "reconnect") + _completed(recovery, "recovery")
+
+
+def _missing(server: str) -> list[str]:
+    with _socket(server) as ws:
+        turn = _turn(
+            ws,
+            {
+                "store": False,
+                "input": "This should fail.",
+                "previous_response_id": f"resp_openresponses_missing_{time.time_ns()}",
+            },
+        )
+    return _not_found(turn, "missing")
+
+
+def _failed_continuation(server: str) -> list[str]:
+    with _socket(server) as ws:
+        first = _turn(ws, {"store": False, "input": "Remember the code word: ember. Reply with "
+                           "OK."})  # fmt: skip
+        if first["response"] is None:
+            return _completed(first, "turn 1")
+        previous = first["response"]["id"]
+        failed = _turn(ws, {"store": False, "previous_response_id": previous, "input": [
+            {"type": "function_call_output", "call_id": "call_openresponses_missing",
+             "output": "No matching tool call exists in the previous response."}]})  # fmt: skip
+        retry = _turn(ws, {"store": False, "previous_response_id": previous,
+                           "input": "Try to continue after the failed turn."})  # fmt: skip
+    errors = _completed(first, "turn 1") + _not_found(retry, "retry")
+    if failed["error"] is None and (failed["response"] or {}).get("status") != "failed":
+        errors.append(f"the continuation answering no call did not fail: {failed}")
+    return errors
+
+
+def _compact(server: str, body: dict[str, Any]) -> httpx.Response:
+    return httpx.post(f"{server}/responses/compact", json=body, timeout=300)
+
+
+def _compact_shape(body: dict[str, Any]) -> list[str]:
+    errors = []
+    if body.get("object") != "response.compaction" or not isinstance(body.get("created_at"), int):
+        errors.append(f"not a compaction: {body}")
+    output = body.get("output") or []
+    if not output or output[-1].get("type") != "compaction" or not output[-1].get(
+            "encrypted_content") or not output[-1].get("id"):  # fmt: skip
+        errors.append(f"no compaction item last: {output}")
+    if not isinstance((body.get("usage") or {}).get("total_tokens"), int):
+        errors.append(f"no usage: {body.get('usage')}")
+    return errors
+
+
+def _compact_response(server: str) -> list[str]:
+    r = _compact(server, {"model": MODEL, "prompt_cache_key": "openresponses-compact-test",
+                          "input": [{"type": "message", "role": "user", "content": "We agreed "
+                                     "to launch on Tuesday and notify support first."},
+                                    {"type": "message", "role": "assistant", "content":
+                                     "Understood. The launch is Tuesday, with support notified "
+                                     "beforehand."}]})  # fmt: skip
+    return [f"compact: HTTP {r.status_code} {r.text}"] if r.status_code != 200 else (
+        _compact_shape(r.json()))  # fmt: skip
+
+
+def _compact_missing_model(server: str) -> list[str]:
+    r = _compact(server, {"input": [{"type": "message", "role": "user",
+                                     "content": "Compact this conversation."}]})  # fmt: skip
+    return [] if r.status_code in (400, 422) else [f"missing model: HTTP {r.status_code}"]
+
+
+def _compact_new_chain(server: str) -> list[str]:
+    r = _compact(server, {"model": MODEL, "input": [
+        {"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "Remember the compaction code word: slate."}]},
+        {"type": "message", "role": "assistant", "content": [
+            {"type": "output_text", "text": "OK."}]},
+        {"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "Compress this conversation for later "
+             "continuation."}]}]})  # fmt: skip
+    if r.status_code != 200:
+        return [f"compact: HTTP {r.status_code} {r.text}"]
+    with _socket(server) as ws:
+        turn = _turn(ws, {"store": False, "tools": [], "input": [*r.json()["output"], {
+            "type": "message", "role": "user", "content": "Continue from here. Reply with "
+            "exactly: compacted"}]})  # fmt: skip
+    return _compact_shape(r.json()) + _completed(turn, "new chain")
+
+
+SCENARIOS: dict[str, Callable[[str], list[str]]] = {
+    "websocket-response": _basic,
+    "websocket-sequential-responses": _sequential,
+    "websocket-continuation": _continuation,
+    "websocket-reconnect-store-false-recovery": _reconnect,
+    "websocket-previous-response-not-found": _missing,
+    "websocket-failed-continuation-evicts-cache": _failed_continuation,
+    "websocket-compact-new-chain": _compact_new_chain,
+    "compact-response": _compact_response,
+    "compact-missing-model": _compact_missing_model,
+}
+
+
+def test_the_compliance_suites_websocket_and_compaction_scenarios_at_once(server: str) -> None:
+    with ThreadPoolExecutor(len(SCENARIOS)) as pool:
+        results = {name: pool.submit(run, server) for name, run in SCENARIOS.items()}
+        failures = {name: errors for name, f in results.items() if (errors := f.result())}
+    assert not failures, json.dumps(failures, indent=1)
+
+
+def test_the_openai_sdk_websocket_client_continues_a_store_false_chain(server: str) -> None:
+    client = openai.OpenAI(base_url=server, api_key="unused", max_retries=0)
+    finals: list[Any] = []
+    with client.responses.connect() as connection:
+        for text in ("Remember the code word: cobalt. Reply with OK.",
+                     "What is the code word? Reply with only the code word."):  # fmt: skip
+            previous = {"previous_response_id": finals[-1]["id"]} if finals else {}
+            connection.response.create(model=MODEL, input=text, store=False, temperature=0,
+                                        max_output_tokens=16, **previous)  # fmt: skip
+            frames: list[dict[str, Any]] = []
+            while not frames or frames[-1]["type"] not in (*TERMINAL, "error"):
+                frames.append(json.loads(connection.recv_bytes()))
+            report = validate_events(frames)
+            assert report.ok, report.text()
+            finals.append(frames[-1]["response"])
+    assert "cobalt" in finals[1]["output"][0]["content"][0]["text"].lower(), finals[1]
+
+
+def test_the_openai_sdk_compacts_and_the_model_still_knows_the_task(server: str) -> None:
+    """A long tool-using history, compacted by the SDK's `responses.compact`; sent back as the
+    whole context, the model answers from the summary and the kept task."""
+    client = openai.OpenAI(base_url=server, api_key="unused", max_retries=0)
+    history: list[dict[str, Any]] = [{"role": "user", "content": "Task: rename the function "
+                                      "parse_date to parse_day in utils.py."}]  # fmt: skip
+    for i in range(6):
+        history += [{"type": "function_call", "call_id": f"c{i}", "name": "read_file",
+                     "arguments": json.dumps({"path": f"src/part{i}.py"})},
+                    {"type": "function_call_output", "call_id": f"c{i}",
+                     "output": f"# part {i}\n" + "x = 1\n" * 40}]  # fmt: skip
+    raw = client.responses.with_raw_response.compact(model=MODEL, input=history)  # type: ignore[arg-type]
+    compacted = raw.parse()
+    assert compacted.object == "response.compaction"
+    assert [item.type for item in compacted.output] == ["message", "compaction"]
+    assert compacted.usage.output_tokens > 0
+    output = raw.http_response.json()["output"]  # the SDK reads kept user messages as output
+    question: Any = {"role": "user", "content": "In one sentence: what is the task?"}
+    answer = client.responses.create(model=MODEL, temperature=0, max_output_tokens=40,
+                                     input=[*output, question])  # fmt: skip
+    assert answer.status == "completed"
+    assert "parse_da" in answer.output_text, answer.output_text  # parse_date or parse_day
+    assert answer.usage is not None and answer.usage.input_tokens < 1000
