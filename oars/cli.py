@@ -228,8 +228,9 @@ def _serve(args: argparse.Namespace) -> None:
         print(f"oars: {config.model} from {config.url}", flush=True)
     print(f"oars: {_access(args, keys)}", flush=True)
     # logging is set up above: uvicorn adds none of its own, and oars.access logs requests
+    # a WebSocket frame may be as large as an HTTP body (a create with a long history)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level.lower(),
-                log_config=None, access_log=False)  # fmt: skip
+                log_config=None, access_log=False, ws_max_size=limits.max_body_bytes)  # fmt: skip
 
 
 def _api_keys(args: argparse.Namespace) -> list[str]:
