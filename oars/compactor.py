@@ -27,7 +27,7 @@ from oars.store import Json
 
 log = logging.getLogger("oars.compaction")
 
-SUMMARY_TOKENS = 700  # the summary's length, at most
+SUMMARY_TOKENS = 400  # the summary's length, at most (it is asked for 200 words)
 KEEP_USER_CHARS = 6000  # user messages kept verbatim, newest first (about 1,500 tokens)
 TRANSCRIPT_TOKENS = 8192  # the summary prompt, at most (less on a smaller context)
 _ENTRY_CHARS = 1600  # one message, call or tool output in the transcript: its head and tail

@@ -266,3 +266,53 @@ def test_the_openai_sdk_compacts_and_the_model_still_knows_the_task(server: str)
     assert answer.status == "completed"
     assert "parse_da" in answer.output_text, answer.output_text  # parse_date or parse_day
     assert answer.usage is not None and answer.usage.input_tokens < 1000
+
+
+SEARCH = {"type": "function", "name": "search", "description": "Search one directory for a name.",
+          "parameters": {"type": "object", "properties": {"directory": {"type": "string"}},
+                         "required": ["directory"]}}  # fmt: skip
+
+
+def test_fifty_turns_of_tool_calls_stay_under_the_context_and_keep_the_task(server: str) -> None:
+    """An agent loop of 50 tool calls on one socket (`store: false`), with `context_management`:
+    the history would pass the 4,096-token context; compacted, every prompt stays under it, and
+    the model still names the task at the end."""
+    managed = {"store": False, "tools": [SEARCH], "max_output_tokens": 96,
+               "parallel_tool_calls": False,
+               "context_management": [{"type": "compaction", "compact_threshold": 2000}]}  # fmt: skip
+    task = ("Task: find the file that defines the constant ZETA_LIMIT. Search the directories "
+            "one by one with the search tool.")  # fmt: skip
+    prompts, compactions, turn = [], 0, None
+    with connect(server.replace("http://", "ws://") + "/responses", open_timeout=10) as ws:
+        body: dict[str, Any] = {"input": task, "tool_choice": "required"}
+        for i in range(51):
+            last = i == 50
+            ws.send(json.dumps({"type": "response.create", "model": MODEL, "temperature": 0,
+                                **managed, **body}))  # fmt: skip
+            frames = [json.loads(ws.recv(timeout=300))]
+            while frames[-1]["type"] not in (*TERMINAL, "error"):
+                frames.append(json.loads(ws.recv(timeout=300)))
+            report = validate_events(frames)
+            assert report.ok, (i, report.text())
+            turn = frames[-1]["response"]
+            assert turn["status"] == "completed", (i, turn)
+            prompts.append(turn["usage"]["input_tokens"])
+            compactions += turn["output"][0]["type"] == "compaction"
+            if last:
+                break
+            [call] = [item for item in turn["output"] if item["type"] == "function_call"]
+            result = (f"No match for ZETA_LIMIT in {json.loads(call['arguments']).get('directory')}"
+                      f" (searched {20 + i} files: " + ", ".join(
+                          f"mod_{i}_{k}.py" for k in range(12)) + ").")  # fmt: skip
+            answer = {"type": "function_call_output", "call_id": call["call_id"], "output": result}
+            body = {"previous_response_id": turn["id"], "input": [answer],
+                    "tool_choice": "required"}  # fmt: skip
+            if i == 49:
+                body = {**body, "tool_choice": "none", "input": [answer, {
+                    "role": "user", "content": "Stop searching. In one sentence: what is the "
+                    "task you are working on?"}]}  # fmt: skip
+    assert compactions >= 2, prompts
+    assert max(prompts) < 4096, prompts
+    assert turn is not None
+    text = turn["output"][-1]["content"][0]["text"]
+    assert "ZETA_LIMIT" in text, text
