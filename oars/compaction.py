@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 COMPACTION_TYPES = ("compaction", "compaction_summary")
+TRIGGER = "compaction_trigger"  # an input item: compact the context now (the last item)
 SUMMARY_PREFIX = "A summary of the earlier part of this conversation, which was compacted:\n\n"
 
 Item = Mapping[str, Any]

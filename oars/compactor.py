@@ -1,13 +1,16 @@
 """Writing a compaction: the model itself summarizes a long history.
 
-`compact(service, model, items)` keeps the newest user messages verbatim (within a budget),
-turns everything the model currently sees into a plain transcript, asks the model for a summary
-that keeps what an agent needs to go on (the task, files, commands, decisions, open steps), and
-seals that summary into a `compaction` item covering every other item (see `oars.compaction`).
+`compact(service, model, items)` turns everything the model currently sees into a plain
+transcript, asks the model for a summary that keeps what an agent needs to go on (the task,
+files, commands, decisions, open steps), and seals it into a `compaction` item covering what the
+assistant and the tools said (see `oars.compaction`); the newest user messages (within a budget)
+are returned with it, for a client that replaces its history with the result.
 
-`compact_history` does this inside a create request with `context_management`, when the prompt
-would pass the threshold or the model's context: the earlier part is compacted, the new input is
-kept as sent, and the compaction item becomes the response's first output item.
+`compact_history` does this inside a create request: with `context_management`, when the prompt
+would pass the threshold or the model's context (the earlier part is compacted, the new input is
+kept as sent, and the compaction item leads the output), or when the input ends with a
+`compaction_trigger` item (Codex's remote compaction: the whole context is compacted, and the
+compaction item is the only output).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from oars.compaction import COMPACTION_TYPES, Sealed, fingerprint, place
+from oars.compaction import COMPACTION_TYPES, TRIGGER, Sealed, fingerprint, place
 from oars.errors import EngineError, InvalidRequest
 from oars.history import History
 from oars.ids import new_id
@@ -79,13 +82,19 @@ async def compact(service: ResponsesService, model: str, items: Sequence[Json]) 
                              param="input")  # fmt: skip
     kept = _kept(visible)
     summary, usage = await _summarize(service, model, entries)
-    kept_prints = {fingerprint(k) for k in kept}
-    covered = {fingerprint(item) for item in items} - kept_prints
+    covered = {fingerprint(item) for item in items if not _said_by_people(item)}
     sealed = Sealed(summary, frozenset(covered)).seal(sealer.seal)
     item = {"id": new_id("cmp"), "type": "compaction", "encrypted_content": sealed}
     log.info("compacted %d items into a %d-character summary, %d user messages kept",
              len(items), len(summary), len(kept))  # fmt: skip
     return Compacted(kept, item, usage)
+
+
+def _said_by_people(item: Json) -> bool:
+    """User, system and developer messages: never covered by a compaction. A client may keep
+    them all (OpenAI's compacted output keeps every user message), and Codex sends its
+    instructions and environment again after compacting; they stay as sent."""
+    return item.get("type", "message") == "message" and item.get("role") != "assistant"
 
 
 def _kept(visible: Sequence[Json]) -> list[Json]:
@@ -213,10 +222,18 @@ def _request(service: ResponsesService, model: str, transcript: str) -> Response
 
 
 async def compact_history(service: ResponsesService, history: History) -> History:
-    """With `context_management`: compact the context before the new input when the prompt
-    would pass the threshold or the model's context; the compaction leads the output."""
+    """Compact before generating: all of it now (a `compaction_trigger`: the response then
+    generates nothing), or, with `context_management`, the context before the new input when
+    the prompt would pass the threshold or the model's context. The compaction leads the
+    output, and the prompt is rendered with it."""
     request = history.request
     assert request.compaction is not None
+    if request.compaction.now:
+        everything = [item for item in history.context if item.get("type") != TRIGGER]
+        compacted = await compact(service, request.model, everything)
+        whole = [*everything, compacted.item]
+        rendered = replace(request.with_context(whole), compacted=compacted.item)
+        return replace(history, request=rendered, context=tuple(whole))
     tokens = await service.count_tokens(request)
     context = service.engine_for(request.model).info.context_length
     threshold = request.compaction.threshold or context

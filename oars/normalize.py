@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from oars.compaction import COMPACTION_TYPES, SUMMARY_PREFIX, Sealed, place
+from oars.compaction import COMPACTION_TYPES, SUMMARY_PREFIX, TRIGGER, Sealed, place
 from oars.errors import InvalidRequest, NotFound
 from oars.generation import ChatMessage, EngineRequest, OutputFormat, SamplingParams
 from oars.ids import is_id, new_id
@@ -75,9 +75,11 @@ Unseal = Callable[[str], str]  # encrypted reasoning → its text; raises ValueE
 @dataclass(frozen=True)
 class Compaction:
     """`context_management: [{"type": "compaction", "compact_threshold": N}]`: compact the
-    context before generating when its prompt would pass N tokens (None: the model's context)."""
+    context before generating when its prompt would pass N tokens (None: the model's context).
+    `now`: the input ends with a `compaction_trigger` item: compact it all, generate nothing."""
 
     threshold: int | None = None
+    now: bool = False
 
 
 def _fail(message: str, param: str, code: str = "invalid_value") -> InvalidRequest:
@@ -542,7 +544,8 @@ def normalize(body: Any, *, served_model: str, default_temperature: float = 1.0,
                     "are allowed in one request.", "input", "too_many_items")  # fmt: skip
     messages = _with_system(_items(body["input"], unseal), instructions)
     with_history = state.previous_response_id is not None or state.conversation_id is not None
-    if not messages and not with_history and not _has_reference(body["input"]):
+    trigger = _trigger(body["input"])
+    if not messages and not with_history and not _has_reference(body["input"]) and not trigger:
         raise _fail("Invalid 'input': it holds no message to respond to.", "input")
     wire_tools = _get(body, "tools", (list,), "tools") or []
     if len(wire_tools) > MAX_TOOLS:
@@ -602,9 +605,23 @@ def normalize(body: Any, *, served_model: str, default_temperature: float = 1.0,
         store=state.store, background=state.background,
         previous_response_id=state.previous_response_id, conversation_id=state.conversation_id,
         include_encrypted_reasoning=ENCRYPTED_REASONING in include, unseal=unseal,
-        compaction=_compaction(body),
-        generate=_get(body, "generate", (bool,), "generate") is not False,
+        compaction=Compaction(now=True) if trigger else _compaction(body),
+        generate=not trigger and _get(body, "generate", (bool,), "generate") is not False,
     )  # fmt: skip
+
+
+def _trigger(raw: Any) -> bool:
+    """The input ends with a `compaction_trigger` item (400 for one anywhere else)."""
+    if not isinstance(raw, list):
+        return False
+    where = [
+        i for i, item in enumerate(raw) if isinstance(item, dict) and item.get("type") == TRIGGER
+    ]
+    if where and where != [len(raw) - 1]:
+        raise _fail(
+            "A 'compaction_trigger' item must be the last input item.", f"input[{where[0]}]"
+        )
+    return bool(where)
 
 
 def _compaction(body: Mapping[str, Any]) -> Compaction | None:

@@ -173,9 +173,10 @@ def test_context_management_compacts_a_long_chain_first(tmp_path: Path) -> None:
 
     async def go() -> None:
         async with _client(engine, SqlStore(f"sqlite:///{tmp_path}/oars.db")) as client:
-            first = (await client.post("/responses", json={
-                "model": "m", "input": [{"role": "user", "content": "Task: count."},
-                                        {"role": "user", "content": LONG}]})).json()  # fmt: skip
+            first = (await client.post("/responses", json={"model": "m", "input": [
+                {"role": "user", "content": "Task: count."},
+                {"type": "function_call", "call_id": "c0", "name": "read", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "c0", "output": LONG}]})).json()  # fmt: skip
             managed = {"context_management": [{"type": "compaction", "compact_threshold": 1000}]}
             r = await client.post("/responses", json={
                 "model": "m", "stream": True, "previous_response_id": first["id"],
@@ -261,3 +262,31 @@ def test_repetition_is_squeezed_out_of_the_transcript_and_the_summary() -> None:
     assert "x = 1  [40 times]" in transcript and "x = 1\nx = 1" not in transcript
     summary = json.loads(Sealer(KEY).unseal(item["encrypted_content"]))["summary"]
     assert summary == "Task: x\n- x = 1\nNext: y"
+
+
+def test_a_compaction_trigger_compacts_everything_and_generates_nothing() -> None:
+    """Codex's remote compaction (v2): the input ends with `compaction_trigger`; the response's
+    only output item is the compaction."""
+    engine = ScriptedEngine(["Summary."])
+    trigger = {"type": "compaction_trigger"}
+    r = _post(engine, "/responses", {"model": "m", "stream": True,
+                                     "input": [*HISTORY, trigger]})  # fmt: skip
+    report = validate_sse(r.text)
+    assert report.ok, report.text()
+    assert report.final is not None and report.final["status"] == "completed"
+    assert [item["type"] for item in report.final["output"]] == ["compaction"]
+    assert report.final["usage"]["output_tokens"] == 0
+    assert [r for r in engine.requests if _summarizing(r)]
+    # what the next request renders: the user message and the summary
+    item = report.final["output"][0]
+    question = {"role": "user", "content": "Go on."}
+    _post(engine, "/responses", {"model": "m", "input": [*HISTORY, item, question]})
+    assert _prompt(engine) == [("system", SUMMARY_PREFIX + "Summary."),
+                               ("user", "Fix the failing test in calc.py."),
+                               ("user", "Go on.")]  # fmt: skip
+
+
+def test_a_compaction_trigger_must_come_last() -> None:
+    r = _post(ScriptedEngine(), "/responses", {"model": "m", "input": [
+        {"type": "compaction_trigger"}, {"role": "user", "content": "x"}]})  # fmt: skip
+    assert r.status_code == 400 and r.json()["error"]["param"] == "input[0]"

@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 pytestmark = pytest.mark.model
@@ -43,12 +44,12 @@ CATALOG_ENTRY = {
 
 
 def _exec(
-    server: str, prompt: str, workdir: Path, *extra: str
+    server: str, prompt: str, workdir: Path, *extra: str, websockets: bool = False
 ) -> tuple[int, list[dict[str, Any]], str]:
     assert CODEX.exists(), f"{CODEX} missing: `make test` installs the client matrix"
     provider = (f'{{name="oars", base_url="{server}", env_key="OARS_TEST_KEY", '
                 'wire_api="responses", request_max_retries=0, stream_max_retries=0, '
-                "stream_idle_timeout_ms=600000}")  # fmt: skip
+                f"stream_idle_timeout_ms=600000, supports_websockets={str(websockets).lower()}}}")  # fmt: skip
     cmd = [str(CODEX), "exec", "--json", "--skip-git-repo-check", "--ephemeral",
            "--ignore-user-config", "--dangerously-bypass-approvals-and-sandbox",
            "-c", "model_provider=oars", "-c", f'model="{MODEL}"',
@@ -84,6 +85,30 @@ def test_codex_runs_a_shell_command_and_finishes(agent_server: str, tmp_path: Pa
     assert any("hello-oars" in c["aggregated_output"] and c["exit_code"] == 0 for c in commands)
     assert events[-1]["type"] == "turn.completed", events
     assert _items(events, "agent_message"), events
+
+
+def _counter(server: str, name: str) -> float:
+    text = httpx.get(server.removesuffix("/v1") + "/metrics", timeout=10).text
+    lines = [line for line in text.splitlines() if line.startswith(name)]
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines)
+
+
+def test_codex_runs_a_turn_over_a_websocket(agent_server: str, tmp_path: Path) -> None:
+    """With `supports_websockets`, Codex prewarms a socket (`generate: false`) and runs the turn
+    on it, continuing from the prewarm by `previous_response_id`."""
+    sockets = _counter(agent_server, "oars_websockets_total")
+    ran = _counter(agent_server, 'oars_websocket_requests_total{outcome="response"}')
+    code, events, err = _exec(agent_server, "Run the shell command: echo hello-ws", tmp_path,
+                              websockets=True)  # fmt: skip
+    assert code == 0, (events, err)
+    commands = _items(events, "command_execution")
+    assert any("hello-ws" in c["aggregated_output"] for c in commands), events
+    assert events[-1]["type"] == "turn.completed", events
+    assert _counter(agent_server, "oars_websockets_total") > sockets
+    # the prewarm, the call, and the answer after the command's output
+    assert _counter(agent_server, 'oars_websocket_requests_total{outcome="response"}') >= ran + 3
+    errors = _counter(agent_server, 'oars_websocket_requests_total{outcome="error"}')
+    assert errors == 0, errors
 
 
 def test_codex_edits_a_file_with_freeform_apply_patch(agent_server: str, tmp_path: Path) -> None:
