@@ -2,11 +2,12 @@
 
 A `compaction` item carries a summary of the items it replaced, sealed with the server's key
 (`encrypted_content`), and the fingerprints of those items. Wherever it appears in a context,
-the items it covers are left out and its summary goes with the instructions, at the head of the
-prompt; the items it did not cover (the user messages kept verbatim, what came after) stay as
-they are. So a client may send back its whole history, or only what `/v1/responses/compact`
-returned, or chain by `previous_response_id`: the model sees the same prompt. (A small model
-follows the user's latest words far better when the summary does not sit between them.)
+the items it covers are left out and its summary is the first message after the instructions;
+the items it did not cover (the user messages kept verbatim, what came after) stay as they are.
+So a client may send back its whole history, or only what `/v1/responses/compact` returned, or
+chain by `previous_response_id`: the model sees the same prompt. There, the instructions and
+tools keep their cached prefix, and a small model, which follows the user's latest words far
+better when no summary sits between them, still finds the task.
 
 Fingerprints ignore ids and statuses, which clients drop or rewrite when they send items back.
 """

@@ -239,9 +239,10 @@ def _items(raw: Any, unseal: Unseal | None = None) -> list[ChatMessage]:
             reasoning += _reasoning_text(item, param, unseal)
         # Other item types of the SDK union (hosted tool calls, ...) carry nothing a chat
         # template can render; they are accepted and left out of the prompt.
-    if placement.summaries:  # what came before all that is left: it goes with the instructions
+    if placement.summaries:  # what came before all that is left: first, after the instructions
         summaries = [placement.summaries[i] for i in sorted(placement.summaries)]
-        messages.insert(0, ChatMessage("system", SUMMARY_PREFIX + "\n\n".join(summaries)))
+        at = next((i for i, m in enumerate(messages) if m.role != "system"), len(messages))
+        messages.insert(at, ChatMessage("user", SUMMARY_PREFIX + "\n\n".join(summaries)))
     return _merge_calls(messages)
 
 

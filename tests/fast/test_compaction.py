@@ -90,7 +90,7 @@ def test_the_compacted_output_as_input_is_the_summary_in_the_prompt() -> None:
     question = {"type": "message", "role": "user", "content": "Go on."}
     r = _post(engine, "/responses", {"model": "m", "input": [*output, question]})
     assert r.status_code == 200, r.text
-    assert _prompt(engine) == [("system", SUMMARY_PREFIX + "Task: fix add in calc.py."),
+    assert _prompt(engine) == [("user", SUMMARY_PREFIX + "Task: fix add in calc.py."),
                                ("user", "Fix the failing test in calc.py."),
                                ("user", "Go on.")]  # fmt: skip
 
@@ -100,7 +100,7 @@ def test_the_whole_history_sent_back_with_the_item_renders_the_same() -> None:
     item = _compacted(engine)["output"][-1]
     question = {"type": "message", "role": "user", "content": "Go on."}
     _post(engine, "/responses", {"model": "m", "input": [*HISTORY, item, question]})
-    assert _prompt(engine) == [("system", SUMMARY_PREFIX + "S."),
+    assert _prompt(engine) == [("user", SUMMARY_PREFIX + "S."),
                                ("user", "Fix the failing test in calc.py."),
                                ("user", "Go on.")]  # fmt: skip
 
@@ -189,7 +189,7 @@ def test_context_management_compacts_a_long_chain_first(tmp_path: Path) -> None:
             assert _summarizing(engine.requests[-2])
             prompt = _prompt(engine)
             assert all(LONG not in c for _, c in prompt), "the long message was compacted"
-            assert prompt == [("system", SUMMARY_PREFIX + "Short."), ("user", "Task: count."),
+            assert prompt == [("user", SUMMARY_PREFIX + "Short."), ("user", "Task: count."),
                               ("user", "Next?")]  # fmt: skip
             # the chain goes on from the compaction, without compacting again
             calls = len(engine.requests)
@@ -248,7 +248,7 @@ def test_a_compacted_history_starts_a_new_websocket_chain() -> None:
             frames.append(json.loads(ws.receive_text()))
     assert frames[-1]["type"] == "response.completed", frames[-1]
     assert validate_events(frames).ok
-    assert ("system", SUMMARY_PREFIX + "Code word: slate.") in _prompt(engine)
+    assert ("user", SUMMARY_PREFIX + "Code word: slate.") in _prompt(engine)
 
 
 def test_repetition_is_squeezed_out_of_the_transcript_and_the_summary() -> None:
@@ -281,7 +281,7 @@ def test_a_compaction_trigger_compacts_everything_and_generates_nothing() -> Non
     item = report.final["output"][0]
     question = {"role": "user", "content": "Go on."}
     _post(engine, "/responses", {"model": "m", "input": [*HISTORY, item, question]})
-    assert _prompt(engine) == [("system", SUMMARY_PREFIX + "Summary."),
+    assert _prompt(engine) == [("user", SUMMARY_PREFIX + "Summary."),
                                ("user", "Fix the failing test in calc.py."),
                                ("user", "Go on.")]  # fmt: skip
 
