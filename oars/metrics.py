@@ -73,6 +73,7 @@ class Metrics:
         self.store_seconds = Histogram(LATENCY_BUCKETS)  # (operation,)
         self.upstream_seconds = Histogram(LATENCY_BUCKETS)  # (model,) to the first byte
         self.upstream_errors: dict[Labels, int] = defaultdict(int)  # (model, code)
+        self.compactions: dict[Labels, int] = defaultdict(int)  # (model, how)
         self.sockets: dict[Labels, int] = defaultdict(int)  # () → connections accepted
         self.socket_requests: dict[Labels, int] = defaultdict(int)  # (outcome,)
         self.registry = CollectorRegistry(auto_describe=False)
@@ -92,6 +93,11 @@ class Metrics:
         self.tokens[(model, "input")] += usage.get("input_tokens", 0)
         self.tokens[(model, "cached")] += details.get("cached_tokens", 0)
         self.tokens[(model, "output")] += usage.get("output_tokens", 0)
+
+    def compacted(self, model: str, how: str) -> None:
+        """A history compacted: by `/v1/responses/compact` (`endpoint`), `context_management`
+        (`threshold`) or a `compaction_trigger` input item (`trigger`)."""
+        self.compactions[(model, how)] += 1
 
     def socket_opened(self) -> None:
         self.sockets[()] += 1
@@ -170,6 +176,8 @@ class _Collector:
                                         ["model"])  # fmt: skip
         yield _counter("oars_upstream_errors", "Upstream requests that failed before answering.",
                        ["model", "code"], m.upstream_errors)  # fmt: skip
+        yield _counter("oars_compactions", "Histories compacted, by how it was asked for.",
+                       ["model", "how"], m.compactions)  # fmt: skip
         yield _counter("oars_websockets", "WebSocket connections accepted on /v1/responses.", [],
                        m.sockets)  # fmt: skip
         yield _counter("oars_websocket_requests", "Frames sent on WebSockets, by outcome: a "

@@ -206,6 +206,9 @@ class Runs:
         history = await resolve(request, store, previous)
         if request.compaction is not None:
             history = await compact_history(self.service, history)
+            if history.request.compacted is not None:
+                how = "trigger" if request.compaction.now else "threshold"
+                self.metrics.compacted(request.model, how)
         run = await self.service.start(history.request)
         handle = RunHandle(request, run, history)
         handle.clock = TokenClock(self.metrics, handle.model)

@@ -205,6 +205,7 @@ async def compact(request: Request) -> Response:
     store = scoped(oars.store, tenant_of(request)) if oars.store else None
     items = await items_of(req.previous_response_id, req.input_items, store)
     compacted = await compactor.compact(service, req.model, items)
+    oars.metrics.compacted(req.model, "endpoint")
     body = {"id": new_id("resp"), "object": "response.compaction", "created_at": int(time.time()),
             "output": [*compacted.kept, compacted.item], "usage": compacted.usage}  # fmt: skip
     return JSON(body)

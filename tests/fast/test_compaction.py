@@ -290,3 +290,15 @@ def test_a_compaction_trigger_must_come_last() -> None:
     r = _post(ScriptedEngine(), "/responses", {"model": "m", "input": [
         {"type": "compaction_trigger"}, {"role": "user", "content": "x"}]})  # fmt: skip
     assert r.status_code == 400 and r.json()["error"]["param"] == "input[0]"
+
+
+def test_compactions_are_counted_by_how_they_were_asked_for() -> None:
+    engine = ScriptedEngine(["S."])
+    app = create_app(ResponsesService(engine, sealer=Sealer(KEY)))
+    with TestClient(app) as client:
+        client.post("/v1/responses/compact", json={"model": "m", "input": HISTORY})
+        client.post("/v1/responses", json={"model": "m", "input": [
+            *HISTORY, {"type": "compaction_trigger"}]})  # fmt: skip
+        text = client.get("/metrics").text
+    assert 'oars_compactions_total{how="endpoint",model="m"} 1.0' in text
+    assert 'oars_compactions_total{how="trigger",model="m"} 1.0' in text
