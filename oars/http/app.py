@@ -111,7 +111,9 @@ R, C, OPS = "responses", "conversations", "operator"
 
 ENDPOINTS = (
     Endpoint("POST", "/v1/responses", responses.create, "Create a response (streamed when "
-             "`stream` is true)", R, api.ResponseCreateParams, api.Response, streams=True),
+             "`stream` is true; over a WebSocket on the same path, `response.create` frames "
+             "get one event per frame)", R, api.ResponseCreateParams, api.Response,
+             streams=True),
     Endpoint("POST", "/v1/responses/compact", responses.compact, "Compact a long history: "
              "recent user messages kept, the rest summarized into a sealed compaction item", R,
              api.CompactParams, api.CompactedResponse),

@@ -128,3 +128,26 @@ def test_codex_edits_a_file_with_freeform_apply_patch(agent_server: str, tmp_pat
     assert (work / "hello.txt").read_text().strip() == "hi"
     assert events[-1]["type"] == "turn.completed", events
     assert _items(events, "agent_message"), events
+
+
+def test_codex_compacts_a_long_session_remotely_and_goes_on(agent_server: str, tmp_path: Path
+                                                            ) -> None:  # fmt: skip
+    """Codex's own `openai` provider pointed at oars speaks WebSocket and compacts remotely.
+    With a low auto-compact limit, the second turn of a session whose first turn read a long
+    command output starts with a `compaction_trigger` request, then goes on and completes."""
+    home = tmp_path / ".codex"
+    home.mkdir()
+    env = {**os.environ, "CODEX_HOME": str(home), "OPENAI_API_KEY": "sk-local"}
+    base = [str(CODEX), "exec", "--json", "--skip-git-repo-check", "--ignore-user-config",
+            "--dangerously-bypass-approvals-and-sandbox", "-c", f'openai_base_url="{agent_server}"',
+            "-c", f'model="{MODEL}"', "-c", "model_auto_compact_token_limit=9500",
+            "-C", str(tmp_path)]  # fmt: skip
+    compactions = _counter(agent_server, 'oars_compactions_total{how="trigger"')
+    for args in (["Run the shell command: seq 1 300"],
+                 ["resume", "--last", "Run the shell command: echo done"]):  # fmt: skip
+        run = subprocess.run([*base, *args], env=env, stdin=subprocess.DEVNULL,
+                             capture_output=True, text=True, timeout=900, check=False)  # fmt: skip
+        events = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+        assert run.returncode == 0, (events, run.stderr[-2000:])
+        assert events[-1]["type"] == "turn.completed", events
+    assert _counter(agent_server, 'oars_compactions_total{how="trigger"') > compactions
