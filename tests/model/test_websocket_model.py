@@ -85,10 +85,14 @@ def _sequential(server: str) -> list[str]:
     return _completed(first, "turn 1") + _completed(second, "turn 2")
 
 
+def _remember(ws: Connection, word: str) -> Turn:
+    """The first turn of the continuation scenarios (store: false)."""
+    return _turn(ws, {"store": False, "input": f"Remember the code word: {word}. Reply with OK."})
+
+
 def _continuation(server: str) -> list[str]:
     with _socket(server) as ws:
-        first = _turn(ws, {"store": False, "input": "Remember the code word: cobalt. Reply "
-                           "with OK."})  # fmt: skip
+        first = _remember(ws, "cobalt")
         if first["response"] is None:
             return _completed(first, "turn 1")
         second = _turn(
@@ -108,8 +112,7 @@ def _continuation(server: str) -> list[str]:
 
 def _reconnect(server: str) -> list[str]:
     with _socket(server) as ws:
-        first = _turn(ws, {"store": False, "input": "Remember the code word: copper. Reply "
-                           "with OK."})  # fmt: skip
+        first = _remember(ws, "copper")
     if first["response"] is None:
         return _completed(first, "turn 1")
     with _socket(server) as ws:
@@ -137,8 +140,7 @@ def _missing(server: str) -> list[str]:
 
 def _failed_continuation(server: str) -> list[str]:
     with _socket(server) as ws:
-        first = _turn(ws, {"store": False, "input": "Remember the code word: ember. Reply with "
-                           "OK."})  # fmt: skip
+        first = _remember(ws, "ember")
         if first["response"] is None:
             return _completed(first, "turn 1")
         previous = first["response"]["id"]
