@@ -245,7 +245,7 @@ async def compact_history(service: ResponsesService, history: History) -> Histor
     if not earlier:
         return history  # only new input: nothing earlier to compact
     compacted = await compact(service, request.model, earlier)
-    whole = [*history.context, compacted.item]  # its summary shows where the earlier items were
+    whole = [*history.context, compacted.item]  # it hides the earlier items it covers
     rendered = replace(request.with_context(whole), compacted=compacted.item)
     log.info("context of %d tokens compacted before generating (threshold %s)", tokens,
              threshold)  # fmt: skip
