@@ -21,6 +21,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from oars.http import create_app
+from oars.sealing import Sealer
 from oars.service import ResponsesService
 from oars.store import SqlStore
 from oars.testing import ScriptedEngine
@@ -28,7 +29,7 @@ from tests.conftest import serving
 
 pytestmark = pytest.mark.fuzz
 
-# 22 operations (all but the document's own); those without parameters have one case each
+# 23 operations (all but the document's own); those without parameters have one case each
 MODES = ((GenerationMode.POSITIVE, 100), (GenerationMode.NEGATIVE, 40))
 CHECKS = (not_a_server_error, status_code_conformance, content_type_conformance,
           response_schema_conformance)  # fmt: skip
@@ -37,7 +38,8 @@ CHECKS = (not_a_server_error, status_code_conformance, content_type_conformance,
 @pytest.fixture(scope="module")
 def base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     store = SqlStore(str(tmp_path_factory.mktemp("fuzz") / "oars.db"))
-    app = create_app(ResponsesService(ScriptedEngine(["Hi", " there"])), store)
+    service = ResponsesService(ScriptedEngine(["Hi", " there"]), sealer=Sealer(b"3" * 43 + b"="))
+    app = create_app(service, store)
     with serving(app) as url:
         yield url
 
@@ -74,5 +76,5 @@ def test_every_route_answers_as_documented(base: str) -> None:
             except Exception as exc:  # one operation's failure; the others still run
                 failures.append(f"{operation.label} ({mode.value}): {str(exc)[:1500]}")
     assert not failures, "\n\n".join(failures)
-    assert len(counts) == 22 and sum(counts.values()) >= 2000, counts
+    assert len(counts) == 23 and sum(counts.values()) >= 2000, counts
     print(f"schemathesis: {sum(counts.values())} cases over {len(counts)} operations")
