@@ -39,13 +39,16 @@ def _shared(client: TestClient) -> Shared:
 
 
 def _turn(ws: Any, body: dict[str, Any] | str) -> Frames:
-    """Send one frame; the frames up to its response's end (or its error frame)."""
+    """Send one frame; the frames up to its response's end (checked), or its error frame."""
     ws.send_text(body if isinstance(body, str) else json.dumps(body))
     frames: Frames = []
     while not frames or frames[-1]["type"] not in TERMINAL:
         frames.append(json.loads(ws.receive_text()))
     if frames[-1]["type"] == "error" and len(frames) > 1:  # mid-stream: response.failed follows
         frames.append(json.loads(ws.receive_text()))
+    if frames[0]["type"] != "error":  # a response: every one goes through the validator
+        report = validate_events(frames)
+        assert report.ok, report.text()
     return frames
 
 
