@@ -97,7 +97,7 @@ class Context(Protocol):
     def save(self, seq: int) -> bytes:
         """The sequence's state, to `load` into any slot later."""
 
-    def load(self, seq: int, state: bytes) -> bool:
+    def load(self, seq: int, state: memoryview) -> bool:
         """Replace a sequence's state with a saved one; False if it did not fit."""
 
 

@@ -117,12 +117,22 @@ class LlamaEngine:
         self.capacity = Capacity(self.parallel, queue_depth)
         self._prepare_pool = BigStackPool(max_workers=2, thread_name_prefix="oars-prepare")
         n_batch = max(N_BATCH, self.parallel, prefill_chunk)
+        # On the CPU, llama.cpp's flash attention is slower where agents spend their time and
+        # makes a row's logits depend on the batch. Measured on 2 cores with the default model,
+        # 8,000 tokens in context: 13 new tokens 290 ms without it against 480 ms with it, the
+        # prefill 85 s against 93 s, one token 54 ms either way; a sequence's logits in a pass
+        # of 4 sequences of unequal lengths differ from its lone pass by up to 0.28 with it,
+        # 0.0 without. It costs memory for the attention scores of a pass (up to 0.5 GiB at
+        # 16k tokens). On a GPU llama.cpp decides.
+        flash_attn = None if n_gpu_layers else False
         context = LlamaContext(llama_cpp, self._model, n_seq=self.parallel, n_ctx_seq=n_ctx,
-                               n_batch=n_batch, n_threads=threads, n_vocab=self.n_vocab)  # fmt: skip
+                               n_batch=n_batch, n_threads=threads, n_vocab=self.n_vocab,
+                               flash_attn=flash_attn)  # fmt: skip
         store = None
         if prefix_folder is not None and prefix_bytes > 0:
-            store = PrefixStore(prefix_folder / self._fingerprint(path, n_ctx),
-                                max_bytes=prefix_bytes, min_tokens=prefix_min_tokens)  # fmt: skip
+            key = self._fingerprint(path, n_ctx, flash_attn)
+            store = PrefixStore(prefix_folder / key, max_bytes=prefix_bytes,
+                                min_tokens=prefix_min_tokens)  # fmt: skip
         self.batcher = Batcher(
             context, self.parallel, prefill_chunk=prefill_chunk, prefix_store=store,
             overlap=BigStackPool(max_workers=2, thread_name_prefix="oars-mask"),
@@ -131,10 +141,11 @@ class LlamaEngine:
         # First-use costs (the grammar tokenizer, a vocabulary scan) must not land on a request.
         big_stack_thread(self._warm, "oars-warm")
 
-    def _fingerprint(self, path: Path, n_ctx: int) -> str:
-        """A saved sequence state loads only into a context like the one that saved it."""
+    def _fingerprint(self, path: Path, n_ctx: int, flash_attn: bool | None) -> str:
+        """A saved sequence state loads only into a context like the one that saved it (the
+        layout of its memory follows the attention kernel)."""
         stat = path.stat()
-        key = f"{path.name}|{stat.st_size}|{self._llama_cpp.__version__}|{n_ctx}"
+        key = f"{path.name}|{stat.st_size}|{self._llama_cpp.__version__}|{n_ctx}|fa={flash_attn}"
         return hashlib.sha256(key.encode()).hexdigest()[:16]
 
     def _warm(self) -> None:
@@ -190,6 +201,9 @@ class LlamaEngine:
                 f"The input is {len(tokens)} tokens, which leaves no room in this model's "
                 f"context window of {limit} tokens. Shorten the input."
             )
+        store = self.batcher.prefix_store
+        if store is not None and compile:  # its kept prefix on the way while this one waits
+            store.prefetch(tokens)
         grammar = self._grammar(plan.constraint) if plan.constraint and compile else None
         in_reasoning = self.family.starts_in_reasoning(prompt)
         parser = self.family.parser(plan.tools, in_reasoning=in_reasoning)
@@ -475,10 +489,13 @@ class LlamaContext:
 
     def __init__(
         self, llama_cpp: Any, model: Any, *, n_seq: int, n_ctx_seq: int, n_batch: int,
-        n_threads: int, n_vocab: int,
+        n_threads: int, n_vocab: int, flash_attn: bool | None = None,
     ) -> None:  # fmt: skip
         self._api, self.n_batch, self._n_vocab = llama_cpp, n_batch, n_vocab
         params = llama_cpp.llama_context_default_params()
+        if flash_attn is not None:  # else llama.cpp chooses
+            params.flash_attn_type = (llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn
+                                      else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED)  # fmt: skip
         params.n_ctx = n_seq * n_ctx_seq
         params.n_batch = params.n_ubatch = n_batch
         params.n_seq_max = n_seq
@@ -520,6 +537,9 @@ class LlamaContext:
         written = self._api.llama_state_seq_get_data(self._ctx, buffer, size, seq)
         return bytes(memoryview(buffer)[:written])
 
-    def load(self, seq: int, state: bytes) -> bool:
-        source = ctypes.cast(ctypes.c_char_p(state), ctypes.POINTER(ctypes.c_uint8))
-        return bool(self._api.llama_state_seq_set_data(self._ctx, source, len(state), seq))
+    def load(self, seq: int, state: memoryview) -> bool:
+        source = (ctypes.c_uint8 * len(state)).from_buffer(state)  # no copy of a mapped file
+        try:
+            return bool(self._api.llama_state_seq_set_data(self._ctx, source, len(state), seq))
+        finally:
+            del source  # the buffer is released for its owner to close

@@ -4,12 +4,17 @@ Each file holds one sequence's state as the model context saved it, after a head
 tokens it covers. The folder is per model and runtime (a state only loads into the context
 that made it), bounded in bytes; the least recently used file goes first. Files are written
 by a background thread, renamed into place when complete, so a crash leaves no torn entry.
+
+A state is mapped, not read: the context copies it straight from the page cache. To have it
+there when a request comes, the most recently used files are read ahead at start, and the one
+a request will use as soon as its prompt is known (`prefetch`), while it is still queued.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import mmap
 import os
 import queue
 import struct
@@ -24,6 +29,7 @@ log = logging.getLogger("oars.engine")
 
 _MAGIC = b"OARSKV1\n"
 _HEADER = struct.Struct("<8sI")
+READ_AHEAD_BYTES = 2**30  # kept states read ahead at start, most recently used first
 
 
 @dataclass(eq=False)
@@ -49,6 +55,8 @@ class PrefixStore:
         for partial in folder.glob("*.partial"):
             partial.unlink(missing_ok=True)
         threading.Thread(target=self._write_loop, name="oars-prefix-store", daemon=True).start()
+        threading.Thread(target=self._read_ahead, args=(min(max_bytes, READ_AHEAD_BYTES),),
+                         name="oars-prefix-read-ahead", daemon=True).start()  # fmt: skip
 
     @property
     def size(self) -> int:
@@ -61,9 +69,34 @@ class PrefixStore:
 
     def find(
         self, prompt: tuple[int, ...], *, better_than: int = 0
-    ) -> tuple[list[int], bytes | None] | None:
+    ) -> tuple[list[int], memoryview | None] | None:
         """The kept prefix sharing the most tokens with `prompt`, if that beats `better_than`
-        by at least `min_tokens // 4`: its tokens and state (None if the file is gone)."""
+        by at least `min_tokens // 4`: its tokens and state, mapped (None if the file is gone
+        or torn)."""
+        best = self._best(prompt, better_than)
+        if best is None:
+            return None
+        try:
+            with open(best.path, "rb") as f:
+                # a private mapping: writable for ctypes, never written back
+                mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+            os.utime(best.path)
+        except (OSError, ValueError):
+            self._drop(best)
+            return best.tokens.tolist(), None
+        with self._lock:
+            if best in self._entries:
+                self._entries.remove(best)
+                self._entries.append(best)
+        return best.tokens.tolist(), memoryview(mapped)[_HEADER.size + 4 * len(best.tokens) :]
+
+    def prefetch(self, prompt: tuple[int, ...]) -> None:
+        """Start reading the state `find` would give for `prompt` into the page cache."""
+        best = self._best(prompt, 0)
+        if best is not None:
+            _read_ahead(best.path)
+
+    def _best(self, prompt: tuple[int, ...], better_than: int) -> _Entry | None:
         want = np.asarray(prompt, dtype=np.int32)
         best, best_n = None, better_than + self.min_tokens // 4
         with self._lock:
@@ -72,21 +105,16 @@ class PrefixStore:
             n = common_prefix(entry.tokens, want)
             if n > best_n:
                 best, best_n = entry, n
-        if best is None:
-            return None
-        try:
-            with open(best.path, "rb") as f:
-                f.seek(_HEADER.size + 4 * len(best.tokens))
-                state = f.read()
-            os.utime(best.path)
-        except OSError:
-            self._drop(best)
-            return best.tokens.tolist(), None
+        return best
+
+    def _read_ahead(self, budget: int) -> None:
         with self._lock:
-            if best in self._entries:
-                self._entries.remove(best)
-                self._entries.append(best)
-        return best.tokens.tolist(), state
+            newest_first = self._entries[::-1]
+        for entry in newest_first:
+            if entry.size > budget:
+                return
+            budget -= entry.size
+            _read_ahead(entry.path)
 
     def wants(self, tokens: list[int]) -> bool:
         """A prompt is worth keeping when it is long and no kept prefix covers half of it."""
@@ -161,6 +189,21 @@ class PrefixStore:
             log.warning("dropping an unreadable kept prefix %s", path.name)
             path.unlink(missing_ok=True)
             return None
+
+
+def _read_ahead(path: Path) -> None:
+    """Ask the kernel to read a file into the page cache (in the background)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        if hasattr(os, "posix_fadvise"):  # not on every system; then the first read pays
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def common_prefix(held: Sequence[int] | np.ndarray, prompt: Sequence[int] | np.ndarray) -> int:

@@ -3,6 +3,7 @@ prompts kept on disk, and the bound on accepted requests."""
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -55,7 +56,7 @@ class FakeContext:
     def save(self, seq: int) -> bytes:
         return np.asarray(self.memory[seq], dtype=np.int32).tobytes()
 
-    def load(self, seq: int, state: bytes) -> bool:
+    def load(self, seq: int, state: memoryview) -> bool:
         self.loads += 1
         self.memory[seq] = np.frombuffer(state, dtype=np.int32).tolist()
         return True
@@ -308,7 +309,12 @@ def test_the_store_stays_under_its_bound_least_recently_used_out(tmp_path: Path)
     assert store.size <= 2000 and len(store) == 2
     assert store.find((*b, 1)) is None
     found = store.find((*a, 1))
-    assert found is not None and found[0] == list(a) and found[1] == b"a" * 500
+    assert (
+        found is not None
+        and found[0] == list(a)
+        and found[1] is not None
+        and bytes(found[1]) == b"a" * 500
+    )
 
 
 def test_unreadable_and_partial_files_are_dropped_at_start(tmp_path: Path) -> None:
@@ -330,3 +336,21 @@ def test_past_running_and_waiting_requests_a_429_with_retry_after() -> None:
     capacity.take()
     with pytest.raises(RateLimited):
         capacity.take()
+
+
+def test_a_kept_state_is_mapped_for_the_context_and_never_written_back(tmp_path: Path) -> None:
+    store = PrefixStore(tmp_path, max_bytes=10**6, min_tokens=10)
+    kept = prompt(26, 100)
+    store.put(kept, b"s" * 400)
+    store.flush()
+    store.prefetch((*kept, 1))  # reads ahead; nothing to see but that it is harmless
+    store.prefetch(prompt(27, 100))
+    found = store.find((*kept, 1))
+    assert found is not None and found[1] is not None
+    state = found[1]
+    view = (ctypes.c_uint8 * len(state)).from_buffer(state)  # what LlamaContext.load does
+    assert bytes(view) == b"s" * 400
+    view[0] = ord("X")  # a private mapping: the file keeps its bytes
+    del view, state, found
+    again = store.find((*kept, 1))
+    assert again is not None and again[1] is not None and bytes(again[1]) == b"s" * 400

@@ -70,6 +70,28 @@ def test_batched_requests_give_the_text_each_gives_alone(four: str) -> None:
     assert max(r["first"] for r in together) < max(r["end"] for r in together)
 
 
+def _logprobs(final: dict[str, Any]) -> list[tuple[str, float, list[float]]]:
+    return [(lp["token"], lp["logprob"], [t["logprob"] for t in lp["top_logprobs"]])
+            for item in final["output"] if item["type"] == "message"
+            for c in item["content"] for lp in c["logprobs"]]  # fmt: skip
+
+
+def test_a_sequence_s_logprobs_do_not_depend_on_what_runs_beside_it(four: str) -> None:
+    """Prompts of unequal lengths (some past 256 tokens, where llama.cpp pads the memory a
+    pass reads), sampled (temperature 1, seeded): each token's logprobs in a batch are its
+    lone run's to the last bit, so the same seed gives the same text at any load."""
+    bodies = [{**GREEDY, "temperature": 1, "max_output_tokens": 12,
+               "include": ["message.output_text.logprobs"], "top_logprobs": 3,
+               "input": f"Write two lines about {t}." + " Be brief." * (30 * n)}
+              for n, t in enumerate(TOPICS)]  # fmt: skip  # ~40 to ~310 tokens
+    alone = [_timed_stream(four, body)["final"] for body in bodies]
+    with ThreadPoolExecutor(len(bodies)) as pool:
+        together = list(pool.map(lambda b: _timed_stream(four, b), bodies))
+    assert all(_logprobs(f) for f in alone)
+    assert [_logprobs(r["final"]) for r in together] == [_logprobs(f) for f in alone]
+    assert max(r["first"] for r in together) < max(r["end"] for r in together)
+
+
 def test_four_streams_at_once_each_start_while_the_others_run(four: str) -> None:
     bodies = [{**LONG, "max_output_tokens": 48,
                "input": f"List the numbers from {n} to 2000, one per line, with no other text."}
