@@ -389,13 +389,16 @@ def _measure(args: argparse.Namespace, servers: tuple[Server, Server]) -> list[R
         ("decode", lambda: _decode(servers, args.reps, args.tokens)),
         ("ttft", lambda: _ttft(servers, args.reps)),
         ("prefill", lambda: _prefill(servers, args.reps)),
-        ("4 streams", lambda: _scaling(servers, args.reps, args.tokens)),
-        ("16 streams", lambda: _sixteen(servers, args.reps, args.tokens16)),
-        ("agent turn", lambda: _agent(servers, args.reps)),
-        ("codex session", lambda: _codex(servers, args.codex_reps)),
+        ("scaling", lambda: _scaling(servers, args.reps, args.tokens)),
+        ("sixteen", lambda: _sixteen(servers, args.reps, args.tokens16)),
+        ("agent", lambda: _agent(servers, args.reps)),
+        ("codex", lambda: _codex(servers, args.codex_reps)),
     ]
+    only = {name.strip() for name in args.only.split(",") if name.strip()}
     rows: list[Row] = []
     for name, step in steps:
+        if only and name not in only:
+            continue
         start = time.perf_counter()
         rows += step()
         print(f"{name}: {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
@@ -428,6 +431,8 @@ def main() -> None:
         "--oars-args", default="", help='extra `oars serve` flags, e.g. "--parallel 4"'
     )
     parser.add_argument("--llama-args", default="", help="extra llama-server flags")
+    parser.add_argument("--only", default="", help="some steps, e.g. decode,ttft (of decode, "
+                        "ttft, prefill, scaling, sixteen, agent, codex)")  # fmt: skip
     parser.add_argument("--llama-server", type=Path, default=LLAMA_SERVER)
     parser.add_argument("--model", type=Path, default=None, help="a GGUF (default: oars's own)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
