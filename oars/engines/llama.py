@@ -126,12 +126,12 @@ class LlamaEngine:
         self._prepare_pool = BigStackPool(max_workers=2, thread_name_prefix="oars-prepare")
         n_batch = max(N_BATCH, self.parallel, prefill_chunk)
         # On the CPU, llama.cpp's flash attention is slower where agents spend their time and
-        # makes a row's logits depend on the batch. Measured on 2 cores with the default model,
-        # 8,000 tokens in context: 13 new tokens 290 ms without it against 480 ms with it, the
-        # prefill 85 s against 93 s, one token 54 ms either way; a sequence's logits in a pass
-        # of 4 sequences of unequal lengths differ from its lone pass by up to 0.28 with it,
-        # 0.0 without. It costs memory for the attention scores of a pass (up to 0.5 GiB at
-        # 16k tokens). On a GPU llama.cpp decides.
+        # makes a row's logits depend on the batch. `bench.attention --fill 8000` on 2 cores,
+        # the default model: 13 new tokens 285 ms without it against 588 ms with it, the
+        # prefill 98 s against 103 s, one token 52 ms against 65 ms; a sequence's logits in a
+        # pass of 4 sequences of unequal lengths differ from its lone pass by up to 0.31 with
+        # it, 0.0 without. It costs memory for the attention scores of a pass (up to 0.5 GiB
+        # at 16k tokens). On a GPU llama.cpp decides.
         flash_attn = None if n_gpu_layers else False
         context = LlamaContext(llama_cpp, self._model, n_seq=self.parallel, n_ctx_seq=n_ctx,
                                n_batch=n_batch, n_threads=threads, n_vocab=self.n_vocab,

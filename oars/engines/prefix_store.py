@@ -72,7 +72,7 @@ class PrefixStore:
     ) -> tuple[list[int], memoryview | None] | None:
         """The kept prefix sharing the most tokens with `prompt`, if that beats `better_than`
         by at least `min_tokens // 4`: its tokens and state, mapped (None if the file is gone
-        or torn)."""
+        or cannot be mapped)."""
         best = self._best(prompt, better_than)
         if best is None:
             return None
