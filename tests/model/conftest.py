@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -22,6 +23,15 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def closing() -> Iterator[contextlib.ExitStack]:
+    """What a test opens and must close. An SDK client left to the collector may have its
+    sockets finalized before its own close runs: a ResourceWarning in whatever test (or at the
+    session's end) the collection happens."""
+    with contextlib.ExitStack() as stack:
+        yield stack
 
 
 @pytest.fixture(scope="session")

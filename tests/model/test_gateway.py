@@ -4,6 +4,7 @@ the validator; the real clients run once through the gateway; two replicas share
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Generator, Iterator
 from pathlib import Path
@@ -74,10 +75,10 @@ def test_json_output_through_the_gateway(gateway: str) -> None:
     assert isinstance(person["name"], str) and isinstance(person["age"], int)
 
 
-def test_openai_sdk_through_the_gateway(gateway: str) -> None:
+def test_openai_sdk_through_the_gateway(gateway: str, closing: contextlib.ExitStack) -> None:
     from openai import OpenAI
 
-    client = OpenAI(base_url=gateway, api_key="unused", max_retries=0)
+    client = closing.enter_context(OpenAI(base_url=gateway, api_key="unused", max_retries=0))
     with client.responses.stream(model=MODEL, input="Say hi.", max_output_tokens=12) as s:
         text = "".join(e.delta for e in s if e.type == "response.output_text.delta")
         final = s.get_final_response()

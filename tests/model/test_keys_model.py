@@ -3,6 +3,7 @@ key stores does not exist for another."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 
 import openai
@@ -20,10 +21,10 @@ def keyed_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     yield from _serve(tmp_path_factory, "--ctx", "2048", "--api-key", A, "--api-key", B)
 
 
-def test_keys_through_the_sdk(keyed_server: str) -> None:
-    a = openai.OpenAI(base_url=keyed_server, api_key=A, max_retries=0)
-    b = openai.OpenAI(base_url=keyed_server, api_key=B, max_retries=0)
-    stranger = openai.OpenAI(base_url=keyed_server, api_key="guess", max_retries=0)
+def test_keys_through_the_sdk(keyed_server: str, closing: contextlib.ExitStack) -> None:
+    a, b, stranger = (closing.enter_context(openai.OpenAI(base_url=keyed_server, api_key=key,
+                                                          max_retries=0))
+                      for key in (A, B, "guess"))  # fmt: skip
     with pytest.raises(openai.AuthenticationError):
         stranger.models.list()
     first = a.responses.create(model=MODEL, input="Name a colour.", max_output_tokens=8,

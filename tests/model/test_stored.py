@@ -4,6 +4,7 @@ the Agents SDK chaining with `previous_response_id`, a background run resumed mi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any
 
@@ -34,8 +35,10 @@ def _until(client: OpenAI, response_id: str, statuses: tuple[str, ...]) -> Any:
     raise AssertionError(f"{response_id} never reached {statuses}")
 
 
-def test_openai_sdk_retrieve_input_items_chain_delete(server: str) -> None:
-    client = _client(server)
+def test_openai_sdk_retrieve_input_items_chain_delete(
+    server: str, closing: contextlib.ExitStack
+) -> None:
+    client = closing.enter_context(_client(server))
     first = client.responses.create(model=MODEL, input="Say hi", max_output_tokens=8,
                                     temperature=0)  # fmt: skip
     assert first.model_dump()["store"] is True
@@ -54,8 +57,10 @@ def test_openai_sdk_retrieve_input_items_chain_delete(server: str) -> None:
         client.responses.retrieve(first.id)
 
 
-def test_openai_sdk_background_resume_and_cancel(server: str) -> None:
-    client = _client(server)
+def test_openai_sdk_background_resume_and_cancel(
+    server: str, closing: contextlib.ExitStack
+) -> None:
+    client = closing.enter_context(_client(server))
     run = client.responses.create(model=MODEL, input="Count from 1 to 40, comma separated.",
                                   background=True, max_output_tokens=48, temperature=0)  # fmt: skip
     assert run.status == "queued"
@@ -81,8 +86,8 @@ def test_openai_sdk_background_resume_and_cancel(server: str) -> None:
     assert replay.ok and replay.events[-1]["type"] == "response.cancelled", replay.text()
 
 
-def test_openai_sdk_conversations(server: str) -> None:
-    client = _client(server)
+def test_openai_sdk_conversations(server: str, closing: contextlib.ExitStack) -> None:
+    client = closing.enter_context(_client(server))
     conversation = client.conversations.create(
         items=[{"type": "message", "role": "user", "content": "My name is Ada."}]
     )

@@ -7,6 +7,7 @@ with its 30-second limit per turn; every response's frames also go through the s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -227,8 +228,10 @@ def test_the_compliance_suites_websocket_and_compaction_scenarios_at_once(server
     assert not failures, json.dumps(failures, indent=1)
 
 
-def test_the_openai_sdk_websocket_client_continues_a_store_false_chain(server: str) -> None:
-    client = openai.OpenAI(base_url=server, api_key="unused", max_retries=0)
+def test_the_openai_sdk_websocket_client_continues_a_store_false_chain(
+    server: str, closing: contextlib.ExitStack
+) -> None:
+    client = closing.enter_context(openai.OpenAI(base_url=server, api_key="unused", max_retries=0))
     finals: list[Any] = []
     with client.responses.connect() as connection:
         for text in ("Remember the code word: cobalt. Reply with OK.",
@@ -245,10 +248,12 @@ def test_the_openai_sdk_websocket_client_continues_a_store_false_chain(server: s
     assert "cobalt" in finals[1]["output"][0]["content"][0]["text"].lower(), finals[1]
 
 
-def test_the_openai_sdk_compacts_and_the_model_still_knows_the_task(server: str) -> None:
+def test_the_openai_sdk_compacts_and_the_model_still_knows_the_task(
+    server: str, closing: contextlib.ExitStack
+) -> None:
     """A long tool-using history, compacted by the SDK's `responses.compact`; sent back as the
     whole context, the model answers from the summary and the kept task."""
-    client = openai.OpenAI(base_url=server, api_key="unused", max_retries=0)
+    client = closing.enter_context(openai.OpenAI(base_url=server, api_key="unused", max_retries=0))
     history: list[dict[str, Any]] = [{"role": "user", "content": "Task: rename the function "
                                       "parse_date to parse_day in utils.py."}]  # fmt: skip
     for i in range(6):
