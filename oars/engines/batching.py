@@ -12,6 +12,8 @@ slot's own prefix: a new process serves a known agent prompt without evaluating 
 
 The batcher knows nothing of sampling or text: a `Work` turns logits into its next token.
 Masks of constrained sequences are computed while the forward pass runs (both leave the GIL).
+What works send their clients during a step goes out by `flush`, called just before each
+forward pass and before the thread waits for work (see `oars/engines/handover.py`).
 """
 
 from __future__ import annotations
@@ -88,7 +90,8 @@ class Context(Protocol):
         """One forward pass; `EngineError` if it failed (the fed sequences are then unknown)."""
 
     def logits(self, index: int) -> np.ndarray:
-        """A copy of the logits of the `index`-th output of the last pass."""
+        """The logits of the `index`-th output of the last pass, valid (and the caller's to
+        change in place) until the next pass."""
 
     def forget(self, seq: int, start: int) -> bool:
         """Drop a sequence's tokens from position `start` on; False if this memory cannot cut
@@ -138,12 +141,14 @@ class Batcher:
     def __init__(
         self, context: Context, parallel: int, *, prefill_chunk: int = 256,
         prefix_store: PrefixStore | None = None, overlap: Executor | None = None,
+        flush: Callable[[], None] | None = None,
     ) -> None:  # fmt: skip
         self.context = context
         self.slots = [Slot(seq) for seq in range(parallel)]
         self.prefill_chunk = max(1, min(prefill_chunk, context.n_batch))
         self.prefix_store = prefix_store
         self._overlap = overlap
+        self._flush = flush or (lambda: None)
         self._waiting: deque[Work] = deque()
         self._wake = threading.Condition()
         self._admitted: list[Slot] = []  # running slots, oldest first (prefill goes in order)
@@ -169,6 +174,7 @@ class Batcher:
         while True:
             with self._wake:
                 while not self._waiting and not self._admitted:
+                    self._flush()
                     self._wake.wait()
             try:
                 self.step()
@@ -184,8 +190,10 @@ class Batcher:
         self._admit()
         feeds, owners = self._plan()
         if not feeds:
+            self._flush()
             return
         overlapped = self._start_overlap(owners, feeds)
+        self._flush()  # the loops run while the model computes
         try:
             self.context.decode(feeds)
         except EngineError as exc:

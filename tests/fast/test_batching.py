@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -354,3 +355,34 @@ def test_a_kept_state_is_mapped_for_the_context_and_never_written_back(tmp_path:
     del view, state, found
     again = store.find((*kept, 1))
     assert again is not None and again[1] is not None and bytes(again[1]) == b"s" * 400
+
+
+def test_what_a_step_emits_goes_out_just_before_the_next_pass_or_when_the_batcher_idles() -> None:
+    """Works emit while they sample; `flush` (one wake-up of each loop) comes right before the
+    next forward pass, so the loop runs while the model computes, and once more before the
+    thread waits for work, so the last tokens are not held."""
+    timeline: list[str] = []
+
+    class Recording(FakeContext):
+        def decode(self, feeds: Sequence[Feed]) -> None:
+            timeline.append("pass")
+            super().decode(feeds)
+
+    class Emitting(FakeWork):
+        def step(self, logits: np.ndarray) -> int | None:
+            timeline.append("emit")
+            return super().step(logits)
+
+    batcher = Batcher(Recording(2), 2, flush=lambda: timeline.append("flush"))
+    works: list[FakeWork] = [Emitting(prompt(40, 6), length=3), Emitting(prompt(41, 6), length=3)]
+    run(batcher, works)
+    # prompt A; A's token; prompt B (prompts and tokens take turns); A's and B's tokens; B's
+    assert " ".join(timeline) == (
+        "flush pass emit  flush pass emit  flush pass emit  flush pass emit emit  flush pass emit"
+    ).replace("  ", " ")
+    thread = threading.Thread(target=batcher.run, daemon=True)
+    thread.start()  # nothing to do: it sends what is left and waits
+    deadline = time.monotonic() + 5
+    while timeline[-1] != "flush" and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert timeline[-1] == "flush"
