@@ -91,7 +91,7 @@ class Handover:
         self._boxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Mailbox] = (
             weakref.WeakKeyDictionary()
         )
-        self._dirty: dict[int, Mailbox] = {}
+        self._dirty: set[Mailbox] = set()
 
     def mailbox(self, loop: asyncio.AbstractEventLoop) -> Mailbox:
         """The loop's mailbox; on that loop's thread (it registers a reader)."""
@@ -103,11 +103,11 @@ class Handover:
     def post(self, box: Mailbox, deliver: Deliver, item: object) -> None:
         """Engine thread: queue `deliver(item)` for the box's loop, to go at the next flush."""
         box.put(deliver, item)
-        self._dirty[id(box)] = box
+        self._dirty.add(box)
 
     def flush(self) -> None:
         """Engine thread: wake every loop that has something."""
         if self._dirty:
-            dirty, self._dirty = self._dirty, {}
-            for box in dirty.values():
+            dirty, self._dirty = self._dirty, set()
+            for box in dirty:
                 box.wake()

@@ -7,8 +7,10 @@ import asyncio
 import os
 import threading
 
+import pytest
+
 from oars.engines import handover as handover_module
-from oars.engines.handover import Handover
+from oars.engines.handover import Handover, Mailbox
 
 
 def test_posted_items_reach_their_loop_in_order_only_after_a_flush() -> None:
@@ -37,7 +39,7 @@ def test_posted_items_reach_their_loop_in_order_only_after_a_flush() -> None:
     asyncio.run(main())
 
 
-def test_one_wake_up_per_flush_however_many_items(monkeypatch: object) -> None:
+def test_one_wake_up_per_flush_however_many_items(monkeypatch: pytest.MonkeyPatch) -> None:
     writes: list[int] = []
     real = handover_module._write_byte
 
@@ -45,7 +47,7 @@ def test_one_wake_up_per_flush_however_many_items(monkeypatch: object) -> None:
         writes.append(fd)
         return real(fd)
 
-    monkeypatch.setattr(handover_module, "_write_byte", counting)  # type: ignore[attr-defined]
+    monkeypatch.setattr(handover_module, "_write_byte", counting)
 
     async def main() -> None:
         handover = Handover()
@@ -73,7 +75,7 @@ def test_each_loop_gets_its_own_items() -> None:
     handover = Handover()
     results: dict[str, list[str]] = {}
     ready = threading.Barrier(3)
-    boxes: dict[str, object] = {}
+    boxes: dict[str, Mailbox] = {}
 
     def serve(name: str) -> None:
         async def main() -> None:
@@ -92,7 +94,7 @@ def test_each_loop_gets_its_own_items() -> None:
     ready.wait()
     for i in range(3):
         for name in ("a", "b"):
-            handover.post(boxes[name], results[name].append, f"{name}{i}")  # type: ignore[arg-type]
+            handover.post(boxes[name], results[name].append, f"{name}{i}")
         handover.flush()
     for t in threads:
         t.join(5)
