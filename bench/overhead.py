@@ -30,6 +30,7 @@ import time
 from typing import Any
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from oars import cli
 from oars.engines import llama
@@ -113,11 +114,9 @@ def _drive(args: argparse.Namespace, port: int, passes: Passes, out: dict[str, A
 
 
 def _output_tokens(metrics: str) -> int:
-    total = 0.0
-    for line in metrics.splitlines():
-        if line.startswith("oars_tokens_total{") and 'kind="output"' in line:
-            total += float(line.rsplit(" ", 1)[1])
-    return int(total)
+    return int(sum(sample.value for family in text_string_to_metric_families(metrics)
+                   for sample in family.samples
+                   if sample.name == "oars_tokens_total" and sample.labels["kind"] == "output"))  # fmt: skip
 
 
 def main() -> None:
