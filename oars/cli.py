@@ -67,7 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--prefill-chunk", type=int, default=256,
                        help="prompt tokens fed per step (a step's pause for running streams)")  # fmt: skip
     serve.add_argument("--prefix-cache-mb", type=int, default=_env_int("PREFIX_CACHE_MB") or 2048,
-                       help="disk kept for evaluated long prompts under OARS_HOME (0: none)")  # fmt: skip
+                       help="disk kept for evaluated long prompts under OARS_HOME, all models (0: none)")  # fmt: skip
     serve.add_argument("--prefix-cache-min-tokens", type=int, default=1024,
                        help="the shortest prompt worth keeping on disk")  # fmt: skip
     serve.add_argument("--gpu-layers", type=int, default=_env_int("GPU_LAYERS"),

@@ -140,7 +140,7 @@ class LlamaEngine:
         store = None
         if prefix_folder is not None and prefix_bytes > 0:
             key = self._fingerprint(path, n_ctx, flash_attn)
-            store = PrefixStore(prefix_folder / key, max_bytes=prefix_bytes,
+            store = PrefixStore(prefix_folder, key, max_bytes=prefix_bytes,
                                 min_tokens=prefix_min_tokens)  # fmt: skip
         self._handover = Handover()
         self.batcher = Batcher(

@@ -1,9 +1,11 @@
 """Evaluated prompts kept on disk: a new process starts a known agent prompt without its prefill.
 
 Each file holds one sequence's state as the model context saved it, after a header with the
-tokens it covers. The folder is per model and runtime (a state only loads into the context
-that made it), bounded in bytes; the least recently used file goes first. Files are written
-by a background thread, renamed into place when complete, so a crash leaves no torn entry.
+tokens it covers. A store reads one folder under its root, named for the model and runtime (a
+state only loads into the context that made it), but the bound in bytes is the root's: states
+a past model or runtime left in their folders count against it and go first when they are the
+least recently used (use sets a file's modification time). Files are written by a background
+thread, renamed into place when complete, so a crash leaves no torn entry.
 
 A state is mapped, not read: the context copies it straight from the page cache. To have it
 there when a request comes, the most recently used files are read ahead at start, and the one
@@ -12,6 +14,7 @@ a request will use as soon as its prompt is known (`prefetch`), while it is stil
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import mmap
@@ -19,6 +22,7 @@ import os
 import queue
 import struct
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,13 +41,16 @@ class _Entry:
     path: Path
     tokens: np.ndarray  # int32
     size: int
+    used: float  # when last written or found (the epoch's seconds)
 
 
 class PrefixStore:
-    """Prompts of at least `min_tokens`, kept in `folder` up to `max_bytes`."""
+    """Prompts of at least `min_tokens`, kept in `root / key`; all of `root` up to
+    `max_bytes`."""
 
-    def __init__(self, folder: Path, *, max_bytes: int, min_tokens: int = 1024) -> None:
-        self.folder, self.max_bytes, self.min_tokens = folder, max_bytes, min_tokens
+    def __init__(self, root: Path, key: str, *, max_bytes: int, min_tokens: int = 1024) -> None:
+        self.root, self.max_bytes, self.min_tokens = root, max_bytes, min_tokens
+        self.folder = folder = root / key
         folder.mkdir(parents=True, exist_ok=True)
         self._entries: list[_Entry] = []  # least recently used first
         self._lock = threading.Lock()
@@ -54,6 +61,7 @@ class PrefixStore:
                 self._entries.append(entry)
         for partial in folder.glob("*.partial"):
             partial.unlink(missing_ok=True)
+        self._evict()  # the bound may have shrunk, or other folders grown, since the last run
         threading.Thread(target=self._write_loop, name="oars-prefix-store", daemon=True).start()
         threading.Thread(target=self._read_ahead, args=(min(max_bytes, READ_AHEAD_BYTES),),
                          name="oars-prefix-read-ahead", daemon=True).start()  # fmt: skip
@@ -88,6 +96,7 @@ class PrefixStore:
             if best in self._entries:
                 self._entries.remove(best)
                 self._entries.append(best)
+                best.used = time.time()
         return best.tokens.tolist(), memoryview(mapped)[_HEADER.size + 4 * len(best.tokens) :]
 
     def prefetch(self, prompt: tuple[int, ...]) -> None:
@@ -158,18 +167,41 @@ class PrefixStore:
             out.write(array.tobytes())
             out.write(state)
         os.replace(partial, path)
-        entry = _Entry(path, array, path.stat().st_size)
+        entry = _Entry(path, array, path.stat().st_size, time.time())
         with self._lock:
             self._entries = [e for e in self._entries if e.path != path] + [entry]
         self._evict()
 
     def _evict(self) -> None:
+        """Delete the least recently used states under the root, this store's or not, until
+        they fit the bound; then the other folders left empty. This store orders its own by
+        use; another folder's files, which no request here can use, by modification time and
+        before an own file used at the same time."""
+        others = []
+        for path in self.root.glob("*/*.kv"):
+            if path.parent == self.folder:
+                continue
+            try:
+                stat = path.stat()
+            except OSError:  # deleted meanwhile, by another process sharing the root
+                continue
+            others.append((stat.st_mtime, stat.st_size, path))
+        others.sort(reverse=True)  # the oldest last
         while True:
             with self._lock:
-                if self.size <= self.max_bytes or not self._entries:
-                    return
-                oldest = self._entries.pop(0)
-            oldest.path.unlink(missing_ok=True)
+                if self.size + sum(size for _, size, _ in others) <= self.max_bytes:
+                    break
+                own = self._entries[0] if self._entries else None
+                if others and (own is None or others[-1][0] <= own.used):
+                    path = others.pop()[2]
+                else:
+                    assert own is not None
+                    path = self._entries.pop(0).path
+            path.unlink(missing_ok=True)
+        for folder in self.root.iterdir():
+            if folder != self.folder and folder.is_dir():
+                with contextlib.suppress(OSError):  # not empty, or gone
+                    folder.rmdir()
 
     def _drop(self, entry: _Entry) -> None:
         with self._lock:
@@ -184,7 +216,8 @@ class PrefixStore:
                 tokens = np.frombuffer(f.read(4 * count), dtype=np.int32)
             if magic != _MAGIC or len(tokens) != count:
                 raise ValueError("not a prefix file")
-            return _Entry(path, tokens, path.stat().st_size)
+            stat = path.stat()
+            return _Entry(path, tokens, stat.st_size, stat.st_mtime)
         except (OSError, ValueError, struct.error):
             log.warning("dropping an unreadable kept prefix %s", path.name)
             path.unlink(missing_ok=True)

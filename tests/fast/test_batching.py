@@ -4,6 +4,7 @@ prompts kept on disk, and the bound on accepted requests."""
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -258,14 +259,14 @@ def test_a_failed_pass_fails_its_sequences_and_the_batcher_goes_on() -> None:
 def test_long_prompts_are_kept_on_disk_and_start_a_new_process(tmp_path: Path) -> None:
     instructions = prompt(16, 300)
     first = FakeWork(instructions + prompt(17, 20))
-    store = PrefixStore(tmp_path, max_bytes=10**6, min_tokens=100)
+    store = PrefixStore(tmp_path, "m", max_bytes=10**6, min_tokens=100)
     run(Batcher(FakeContext(2), 2, prefix_store=store), [first])
     store.flush()
     assert len(store) == 1
     # a new process: nothing in memory, the same folder
     context = FakeContext(2)
     batcher = Batcher(
-        context, 2, prefix_store=PrefixStore(tmp_path, max_bytes=10**6, min_tokens=100)
+        context, 2, prefix_store=PrefixStore(tmp_path, "m", max_bytes=10**6, min_tokens=100)
     )
     second = FakeWork(instructions + prompt(18, 25))
     run(batcher, [second])
@@ -275,7 +276,7 @@ def test_long_prompts_are_kept_on_disk_and_start_a_new_process(tmp_path: Path) -
 
 
 def test_the_disk_is_used_only_when_it_beats_a_slot(tmp_path: Path) -> None:
-    store = PrefixStore(tmp_path, max_bytes=10**6, min_tokens=100)
+    store = PrefixStore(tmp_path, "m", max_bytes=10**6, min_tokens=100)
     context = FakeContext(1)
     batcher = Batcher(context, 1, prefix_store=store)
     p = prompt(19, 200)
@@ -287,7 +288,7 @@ def test_the_disk_is_used_only_when_it_beats_a_slot(tmp_path: Path) -> None:
 
 
 def test_a_prompt_mostly_covered_by_a_kept_one_is_not_kept_again(tmp_path: Path) -> None:
-    store = PrefixStore(tmp_path, max_bytes=10**6, min_tokens=100)
+    store = PrefixStore(tmp_path, "m", max_bytes=10**6, min_tokens=100)
     base = prompt(20, 300)
     assert store.wants(list(base))
     store.put(base, b"x")
@@ -298,7 +299,7 @@ def test_a_prompt_mostly_covered_by_a_kept_one_is_not_kept_again(tmp_path: Path)
 
 
 def test_the_store_stays_under_its_bound_least_recently_used_out(tmp_path: Path) -> None:
-    store = PrefixStore(tmp_path, max_bytes=2000, min_tokens=10)  # 912 bytes each
+    store = PrefixStore(tmp_path, "m", max_bytes=2000, min_tokens=10)  # 912 bytes each
     a, b, c = prompt(23, 100), prompt(24, 100), prompt(25, 100)
     store.put(a, b"a" * 500)
     store.flush()
@@ -318,11 +319,44 @@ def test_the_store_stays_under_its_bound_least_recently_used_out(tmp_path: Path)
     )
 
 
+def _kept(root: Path) -> dict[str, str]:
+    """What each kept state under the root holds (its filler byte), by folder."""
+    return {p.read_bytes()[-1:].decode(): p.parent.name for p in root.glob("*/*.kv")}
+
+
+def test_the_bound_covers_what_other_models_and_runtimes_left_under_the_root(
+    tmp_path: Path,
+) -> None:
+    old = PrefixStore(tmp_path, "old", max_bytes=10**6, min_tokens=10)  # 912 bytes each
+    for n, fill in ((28, b"o"), (29, b"p")):
+        old.put(prompt(n, 100), fill * 500)
+        old.flush()
+    # a new runtime, in a folder of its own, with room for two states under the root
+    new = PrefixStore(tmp_path, "new", max_bytes=2000, min_tokens=10)
+    assert _kept(tmp_path) == {"o": "old", "p": "old"}
+    new.put(prompt(30, 100), b"n" * 500)
+    new.flush()
+    assert _kept(tmp_path) == {"p": "old", "n": "new"}  # the least recently used went
+    # another process with the old runtime uses its state now: this store's own goes first
+    (survivor,) = (tmp_path / "old").glob("*.kv")
+    later = time.time() + 10
+    os.utime(survivor, (later, later))
+    new.put(prompt(31, 100), b"m" * 500)
+    new.flush()
+    assert _kept(tmp_path) == {"p": "old", "m": "new"} and len(new) == 1
+    # a restart with a smaller bound trims at once; an emptied folder goes
+    PrefixStore(tmp_path, "new", max_bytes=1000, min_tokens=10)
+    assert _kept(tmp_path) == {"p": "old"}
+    PrefixStore(tmp_path, "newer", max_bytes=500, min_tokens=10)
+    assert _kept(tmp_path) == {} and sorted(p.name for p in tmp_path.iterdir()) == ["newer"]
+
+
 def test_unreadable_and_partial_files_are_dropped_at_start(tmp_path: Path) -> None:
-    (tmp_path / "junk.kv").write_bytes(b"not a state")
-    (tmp_path / "torn.partial").write_bytes(b"half")
-    store = PrefixStore(tmp_path, max_bytes=10**6)
-    assert len(store) == 0 and not list(tmp_path.iterdir())
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m/junk.kv").write_bytes(b"not a state")
+    (tmp_path / "m/torn.partial").write_bytes(b"half")
+    store = PrefixStore(tmp_path, "m", max_bytes=10**6)
+    assert len(store) == 0 and not list((tmp_path / "m").iterdir())
 
 
 def test_past_running_and_waiting_requests_a_429_with_retry_after() -> None:
@@ -340,7 +374,7 @@ def test_past_running_and_waiting_requests_a_429_with_retry_after() -> None:
 
 
 def test_a_kept_state_is_mapped_for_the_context_and_never_written_back(tmp_path: Path) -> None:
-    store = PrefixStore(tmp_path, max_bytes=10**6, min_tokens=10)
+    store = PrefixStore(tmp_path, "m", max_bytes=10**6, min_tokens=10)
     kept = prompt(26, 100)
     store.put(kept, b"s" * 400)
     store.flush()
