@@ -10,6 +10,7 @@ only the rest, and that prefix is reported as `cached_tokens`.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import codecs
 import ctypes
 import functools
@@ -22,7 +23,7 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -50,6 +51,51 @@ log = logging.getLogger("oars.engine")
 _PENALTY_WINDOW = 64
 _TRIGGER_REACH = 64  # characters a call trigger can span
 N_BATCH = 512  # tokens per forward pass
+
+
+class LlamaLog:
+    """llama.cpp's own log, as lines of the `oars.llama` logger (so `--log-format json` holds
+    for them too): its errors as errors, the rest at debug level, seen with `--log-level
+    debug` (its warnings are mostly about metadata a model of the default family is known to
+    have). llama.cpp writes a line in pieces; they are joined up to the newline."""
+
+    # ggml's log levels: 1 debug, 2 info, 3 warn, 4 error, 5 the line goes on
+    _LEVELS = {4: logging.ERROR}
+    _installed: ClassVar[LlamaLog | None] = None
+
+    @classmethod
+    def install(cls, llama_cpp: Any) -> None:
+        """Route llama.cpp's log here from now on (once a process)."""
+        if cls._installed is None:
+            cls._installed = cls(llama_cpp)
+
+    def __init__(self, llama_cpp: Any) -> None:
+        self._log = logging.getLogger("oars.llama")
+        self._pending: list[str] = []
+        self._level = logging.DEBUG
+        self._lock = threading.Lock()
+        # kept on the instance while llama.cpp may call it; at exit, before this module's
+        # objects go, llama.cpp is given back llama-cpp-python's own
+        self.callback = llama_cpp.llama_log_callback(self._line)
+        llama_cpp.llama_log_set(self.callback, ctypes.c_void_p(0))
+        atexit.register(self._restore, llama_cpp)
+
+    @staticmethod
+    def _restore(llama_cpp: Any) -> None:
+        own = getattr(getattr(llama_cpp, "_logger", None), "llama_log_callback", None)
+        if own is not None:
+            llama_cpp.llama_log_set(own, ctypes.c_void_p(0))
+
+    def _line(self, level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
+        with self._lock:
+            if level != 5:
+                self._level = self._LEVELS.get(level, logging.DEBUG)
+            self._pending.append(text.decode("utf-8", errors="replace"))
+            if not self._pending[-1].endswith("\n"):
+                return
+            line, self._pending = "".join(self._pending).rstrip(), []
+        if line:
+            self._log.log(self._level, "%s", line)
 
 
 def default_parallel(n_ctx: int) -> int:
@@ -81,16 +127,18 @@ class LlamaEngine:
     ) -> None:  # fmt: skip
         import llama_cpp  # imported here so that the fast test tier never needs it
 
+        LlamaLog.install(llama_cpp)
         self._llama_cpp = llama_cpp
         threads = n_threads or max(1, os.cpu_count() or 1)
         # This object gives the vocabulary, tokenizer and metadata; the weights are loaded below.
         self.llm = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
-        # Repacked weights (llama.cpp's "extra" CPU buffer types) compute the rows of a batch
-        # with other kernels than a lone row, so a request's text would depend on what else
-        # runs. Without them every row is computed alike, at the same speed on this model
-        # (measured: 20 ms a step for 1 sequence, ~50 ms for 4, either way).
+        # Not llama.cpp's repacked CPU weights (its "extra" buffer types): with them the rows
+        # of a batch go through other kernels than a lone row (their activations quantized by
+        # another routine), so a sequence's logits, and a greedy request's text, would depend
+        # on what runs beside it (up to 0.17 apart), and on this model they are no faster
+        # (only some of its tensors can be repacked). `bench.kernels` measures both.
         params.use_extra_bufts = False
         self._model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
         if not self._model:

@@ -96,10 +96,12 @@ SECRET_KEY = "b2Fycy10ZXN0LWtleS1vbmx5LWZvci10aGUtc3VpdGU="
 
 
 def _serve(
-    tmp_path_factory: pytest.TempPathFactory, *args: str, env: dict[str, str] | None = None
-) -> Iterator[str]:
+    tmp_path_factory: pytest.TempPathFactory, *args: str, env: dict[str, str] | None = None,
+    folder: Path | None = None,
+) -> Iterator[str]:  # fmt: skip
+    """A server on a free port, its store and log (`oars.log`) in `folder` (default: new)."""
     port = _free_port()
-    folder = tmp_path_factory.mktemp("server")
+    folder = folder or tmp_path_factory.mktemp("server")
     log = folder / "oars.log"
     cmd = [sys.executable, "-m", "oars.cli", "serve", "--port", str(port),
            "--store", str(folder / "oars.db"), *args]  # fmt: skip

@@ -3,6 +3,8 @@ freed by a hang-up, 429 past the queue, and prompts kept on disk across a restar
 
 from __future__ import annotations
 
+import json
+import re
 import threading
 import time
 from collections.abc import Generator, Iterator
@@ -185,3 +187,22 @@ def test_a_long_prompt_is_kept_on_disk_for_a_new_process(
     cached = usage["input_tokens_details"]["cached_tokens"]
     # everything up to where "Say A." and "Say B." differ
     assert 400 < cached < usage["input_tokens"] == before["input_tokens"]
+
+
+def test_llama_cpp_s_own_log_comes_through_oars_s_log_at_debug_level(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    server = cast(Generator[str, None, None], _serve(
+        tmp_path_factory, "--ctx", "2048", "--parallel", "1", "--log-level", "debug",
+        "--log-format", "json", folder=tmp_path))  # fmt: skip
+    next(server)
+    server.close()
+    lines = [json.loads(line) for line in (tmp_path / "oars.log").read_text().splitlines()
+             if line.startswith("{")]  # fmt: skip
+    llama = [line for line in lines if line["logger"] == "oars.llama"]
+    buffers = [line["message"] for line in llama
+               if re.match(r"load_tensors: +\S+ model buffer size = +[\d.]+ MiB$", line["message"])]  # fmt: skip
+    # whole lines, pieces joined: where llama.cpp put the weights; none repacked (a batch's
+    # rows would go through other kernels than a lone row)
+    assert buffers and not [b for b in buffers if "REPACK" in b], buffers
+    assert {line["level"] for line in llama} == {"debug"}
