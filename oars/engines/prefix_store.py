@@ -162,6 +162,7 @@ class PrefixStore:
         name = hashlib.sha256(array.tobytes()).hexdigest()[:32]
         path = self.folder / f"{name}.kv"
         partial = path.with_suffix(".partial")
+        self.folder.mkdir(parents=True, exist_ok=True)  # another process may have removed it empty
         with open(partial, "wb") as out:
             out.write(_HEADER.pack(_MAGIC, len(array)))
             out.write(array.tobytes())
@@ -177,9 +178,10 @@ class PrefixStore:
         they fit the bound; then the other folders left empty. This store orders its own by
         use; another folder's files, which no request here can use, by modification time and
         before an own file used at the same time."""
-        others = []
+        others, here = [], set()
         for path in self.root.glob("*/*.kv"):
             if path.parent == self.folder:
+                here.add(path)
                 continue
             try:
                 stat = path.stat()
@@ -187,6 +189,8 @@ class PrefixStore:
                 continue
             others.append((stat.st_mtime, stat.st_size, path))
         others.sort(reverse=True)  # the oldest last
+        with self._lock:  # what another process sharing the root deleted is not counted
+            self._entries = [e for e in self._entries if e.path in here]
         while True:
             with self._lock:
                 if self.size + sum(size for _, size, _ in others) <= self.max_bytes:

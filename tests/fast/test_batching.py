@@ -347,8 +347,27 @@ def test_the_bound_covers_what_other_models_and_runtimes_left_under_the_root(
     # a restart with a smaller bound trims at once; an emptied folder goes
     PrefixStore(tmp_path, "new", max_bytes=1000, min_tokens=10)
     assert _kept(tmp_path) == {"p": "old"}
-    PrefixStore(tmp_path, "newer", max_bytes=500, min_tokens=10)
+    newer = PrefixStore(tmp_path, "newer", max_bytes=500, min_tokens=10)
     assert _kept(tmp_path) == {} and sorted(p.name for p in tmp_path.iterdir()) == ["newer"]
+    # the "new" store's process still runs: its folder comes back with its next state
+    new.put(prompt(35, 10), b"q")
+    new.flush()
+    assert _kept(tmp_path) == {"q": "new"} and len(newer) == 0
+
+
+def test_a_state_another_process_deleted_no_longer_counts_against_the_bound(
+    tmp_path: Path,
+) -> None:
+    store = PrefixStore(tmp_path, "m", max_bytes=2000, min_tokens=10)  # 912 bytes each
+    for n, fill in ((32, b"a"), (33, b"b")):
+        store.put(prompt(n, 100), fill * 500)
+        store.flush()
+    # another server sharing the folder made room: the newer state is gone
+    (gone,) = (p for p in (tmp_path / "m").glob("*.kv") if p.read_bytes().endswith(b"b"))
+    gone.unlink()
+    store.put(prompt(34, 100), b"c" * 500)
+    store.flush()
+    assert _kept(tmp_path) == {"a": "m", "c": "m"} and len(store) == 2
 
 
 def test_unreadable_and_partial_files_are_dropped_at_start(tmp_path: Path) -> None:
