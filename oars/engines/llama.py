@@ -71,7 +71,7 @@ class LlamaLog:
 
     def __init__(self, llama_cpp: Any) -> None:
         self._log = logging.getLogger("oars.llama")
-        self._pending: list[str] = []
+        self._pending: list[bytes] = []
         self._level = logging.DEBUG
         self._lock = threading.Lock()
         # kept on the instance while llama.cpp may call it; at exit, before this module's
@@ -86,16 +86,21 @@ class LlamaLog:
         if own is not None:
             llama_cpp.llama_log_set(own, ctypes.c_void_p(0))
 
-    def _line(self, level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
+    def _line(self, level: int, text: bytes | None, _user_data: ctypes.c_void_p) -> None:
+        done: list[tuple[int, bytes]] = []
         with self._lock:
-            if level != 5:
+            if level != 5:  # a new line: what is pending of the last one goes as it is
+                if self._pending:
+                    done.append((self._level, b"".join(self._pending)))
+                    self._pending = []
                 self._level = self._LEVELS.get(level, logging.DEBUG)
-            self._pending.append(text.decode("utf-8", errors="replace"))
-            if not self._pending[-1].endswith("\n"):
-                return
-            line, self._pending = "".join(self._pending).rstrip(), []
-        if line:
-            self._log.log(self._level, "%s", line)
+            self._pending.append(text or b"")
+            if self._pending[-1].endswith(b"\n"):
+                done.append((self._level, b"".join(self._pending)))
+                self._pending = []
+        for at, line in done:
+            if message := line.decode("utf-8", errors="replace").rstrip():
+                self._log.log(at, "%s", message)
 
 
 def default_parallel(n_ctx: int) -> int:

@@ -55,7 +55,7 @@ class PrefixStore:
         self._entries: list[_Entry] = []  # least recently used first
         self._lock = threading.Lock()
         self._writes: queue.Queue[tuple[tuple[int, ...], bytes]] = queue.Queue(maxsize=2)
-        for path in sorted(folder.glob("*.kv"), key=lambda p: p.stat().st_mtime):
+        for _, _, path in sorted(f for f in self._on_disk() if f[2].parent == folder):
             entry = self._read_header(path)
             if entry is not None:
                 self._entries.append(entry)
@@ -162,35 +162,34 @@ class PrefixStore:
         name = hashlib.sha256(array.tobytes()).hexdigest()[:32]
         path = self.folder / f"{name}.kv"
         partial = path.with_suffix(".partial")
-        self.folder.mkdir(parents=True, exist_ok=True)  # another process may have removed it empty
-        with open(partial, "wb") as out:
-            out.write(_HEADER.pack(_MAGIC, len(array)))
-            out.write(array.tobytes())
-            out.write(state)
-        os.replace(partial, path)
+        for attempt in (1, 2):  # another process's eviction may remove the folder when empty
+            self.folder.mkdir(parents=True, exist_ok=True)
+            try:
+                with open(partial, "wb") as out:
+                    out.write(_HEADER.pack(_MAGIC, len(array)))
+                    out.write(array.tobytes())
+                    out.write(state)
+                os.replace(partial, path)
+                break
+            except FileNotFoundError:
+                if attempt == 2:
+                    raise
         entry = _Entry(path, array, path.stat().st_size, time.time())
         with self._lock:
             self._entries = [e for e in self._entries if e.path != path] + [entry]
         self._evict()
 
     def _evict(self) -> None:
-        """Delete the least recently used states under the root, this store's or not, until
-        they fit the bound; then the other folders left empty. This store orders its own by
-        use; another folder's files, which no request here can use, by modification time and
-        before an own file used at the same time."""
-        others, here = [], set()
-        for path in self.root.glob("*/*.kv"):
-            if path.parent == self.folder:
-                here.add(path)
-                continue
-            try:
-                stat = path.stat()
-            except OSError:  # deleted meanwhile, by another process sharing the root
-                continue
-            others.append((stat.st_mtime, stat.st_size, path))
-        others.sort(reverse=True)  # the oldest last
-        with self._lock:  # what another process sharing the root deleted is not counted
+        """Delete the least recently used states under the root until they fit the bound: this
+        store's own in the order it used them, the rest (other folders', or ones another
+        process with this key wrote here) by modification time, before an own one used at the
+        same time. Then the other folders left empty go."""
+        files = self._on_disk()
+        here = {path for _, _, path in files if path.parent == self.folder}
+        with self._lock:  # what another process sharing the root deleted no longer counts
             self._entries = [e for e in self._entries if e.path in here]
+            mine = {e.path for e in self._entries}
+        others = sorted((f for f in files if f[2] not in mine), reverse=True)  # oldest last
         while True:
             with self._lock:
                 if self.size + sum(size for _, size, _ in others) <= self.max_bytes:
@@ -201,11 +200,34 @@ class PrefixStore:
                 else:
                     assert own is not None
                     path = self._entries.pop(0).path
-            path.unlink(missing_ok=True)
-        for folder in self.root.iterdir():
-            if folder != self.folder and folder.is_dir():
-                with contextlib.suppress(OSError):  # not empty, or gone
-                    folder.rmdir()
+            try:
+                path.unlink(missing_ok=True)
+            except OSError as exc:  # not ours to delete, say: it is no longer counted either
+                log.warning("could not delete the kept prefix %s: %s", path, exc)
+        with contextlib.suppress(OSError), os.scandir(self.root) as folders:
+            for folder in list(folders):
+                if folder.path != str(self.folder):
+                    with contextlib.suppress(OSError):  # not empty, not a folder, or gone
+                        os.rmdir(folder.path)
+
+    def _on_disk(self) -> list[tuple[float, int, Path]]:
+        """Every state kept under the root, as (modification time, size, path). What goes
+        while it is listed (another process sharing the root evicts too) is left out."""
+        found = []
+        with contextlib.suppress(OSError), os.scandir(self.root) as folders:
+            for folder in list(folders):
+                try:
+                    with os.scandir(folder.path) as entries:
+                        files = [e for e in entries if e.name.endswith(".kv")]
+                except OSError:  # not a folder, or gone
+                    continue
+                for file in files:
+                    try:
+                        stat = file.stat()
+                    except OSError:
+                        continue
+                    found.append((stat.st_mtime, stat.st_size, Path(file.path)))
+        return found
 
     def _drop(self, entry: _Entry) -> None:
         with self._lock:

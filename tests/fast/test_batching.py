@@ -331,6 +331,8 @@ def test_the_bound_covers_what_other_models_and_runtimes_left_under_the_root(
     for n, fill in ((28, b"o"), (29, b"p")):
         old.put(prompt(n, 100), fill * 500)
         old.flush()
+    (first,) = (p for p in (tmp_path / "old").glob("*.kv") if p.read_bytes().endswith(b"o"))
+    os.utime(first, (time.time() - 60, time.time() - 60))  # used a minute before the other
     # a new runtime, in a folder of its own, with room for two states under the root
     new = PrefixStore(tmp_path, "new", max_bytes=2000, min_tokens=10)
     assert _kept(tmp_path) == {"o": "old", "p": "old"}
@@ -368,6 +370,17 @@ def test_a_state_another_process_deleted_no_longer_counts_against_the_bound(
     store.put(prompt(34, 100), b"c" * 500)
     store.flush()
     assert _kept(tmp_path) == {"a": "m", "c": "m"} and len(store) == 2
+
+
+def test_what_another_process_with_the_same_key_keeps_counts_too(tmp_path: Path) -> None:
+    first = PrefixStore(tmp_path, "m", max_bytes=2000, min_tokens=10)  # 912 bytes each
+    second = PrefixStore(tmp_path, "m", max_bytes=2000, min_tokens=10)  # a replica beside it
+    first.put(prompt(36, 100), b"x" * 500)
+    first.flush()
+    for n, fill in ((37, b"y"), (38, b"z")):
+        second.put(prompt(n, 100), fill * 500)
+        second.flush()
+    assert _kept(tmp_path) == {"y": "m", "z": "m"} and len(second) == 2
 
 
 def test_unreadable_and_partial_files_are_dropped_at_start(tmp_path: Path) -> None:

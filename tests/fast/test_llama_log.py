@@ -42,8 +42,13 @@ def test_pieces_are_joined_into_lines_at_llama_cpp_s_levels(
         send(4, b"failed to ", None)  # an error, in two pieces
         send(5, b"allocate\n", None)
         send(2, b"\n", None)  # an empty line: nothing
+        send(4, b"cut short", None)  # a new line before this one ended: each at its level
+        send(2, b"caf\xc3", None)  # a character split between two pieces
+        send(5, b"\xa9\n", None)
     assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
         (logging.DEBUG, "load_tensors: loading model tensors....."),
         (logging.DEBUG, "a warning"),
         (logging.ERROR, "failed to allocate"),
+        (logging.ERROR, "cut short"),
+        (logging.DEBUG, "caf\u00e9"),
     ]
