@@ -28,6 +28,7 @@ $(VENV)/.installed-serve-%: $(VENV)/.installed-serve
 
 test: $(VENV)/.installed-test clients/node_modules/.installed postgres chromium  ## set up and run the whole suite (lint, real model, real clients)
 	$(BIN)/ruff check oars tests bench
+	$(BIN)/ruff format --check oars tests bench
 	$(BIN)/mypy oars tests
 	$(BIN)/oars pull
 	$(BIN)/python -m pytest -q

@@ -36,8 +36,11 @@ def _measure(flash: bool, fill: int) -> dict[str, Any]:
     params.n_ctx, params.n_seq_max, params.kv_unified = 4 * 16384, 4, False
     params.n_batch = params.n_ubatch = 512
     params.n_threads = params.n_threads_batch = 2
-    params.flash_attn_type = (llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash
-                              else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED)  # fmt: skip
+    params.flash_attn_type = (
+        llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
+        if flash
+        else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    )
     ctx = llama_cpp.llama_init_from_model(model, params)
     memory = llama_cpp.llama_get_memory(ctx)
     n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model))
@@ -90,13 +93,19 @@ def _measure(flash: bool, fill: int) -> dict[str, Any]:
         worst = max(
             worst, *(float(np.abs(a - b).max()) for a, b in zip(alone, together, strict=True))
         )
-    return {"flash": flash, "prefill_s": prefill, "turn_ms": statistics.median(turn) * 1000,
-            "token_ms": statistics.median(single) * 1000, "batch_difference": worst}  # fmt: skip
+    return {
+        "flash": flash,
+        "prefill_s": prefill,
+        "turn_ms": statistics.median(turn) * 1000,
+        "token_ms": statistics.median(single) * 1000,
+        "batch_difference": worst,
+    }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--fill", type=int, default=3000, help="tokens in context before a turn")
     parser.add_argument("--reps", type=int, default=1, help="processes per setting")
     parser.add_argument("--one", choices=("on", "off"), help=argparse.SUPPRESS)
@@ -107,13 +116,26 @@ def main() -> None:
     results: dict[str, list[dict[str, Any]]] = {"on": [], "off": []}
     for rep in range(args.reps):
         for setting in ("on", "off") if rep % 2 == 0 else ("off", "on"):
-            out = subprocess.run([sys.executable, "-m", "bench.attention", "--one", setting,
-                                  "--fill", str(args.fill)], check=True, capture_output=True,
-                                 text=True).stdout  # fmt: skip
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "bench.attention",
+                    "--one",
+                    setting,
+                    "--fill",
+                    str(args.fill),
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
             results[setting].append(json.loads(out.strip().splitlines()[-1]))
     print(f"{args.fill} tokens in context, median of {args.reps} processes per setting\n")
-    print("| flash attention | prefill s | 13 new tokens ms | 1 token ms | "
-          "max logit difference, alone vs in a batch of 4 |")  # fmt: skip
+    print(
+        "| flash attention | prefill s | 13 new tokens ms | 1 token ms | "
+        "max logit difference, alone vs in a batch of 4 |"
+    )
     print("|---|---|---|---|---|")
     for setting, runs in results.items():
 

@@ -37,8 +37,10 @@ WORDS = [
 
 async def _first_token(engine: LlamaEngine, seed: int) -> float:
     text = " ".join(random.Random(seed).choice(WORDS) for _ in range(75))
-    request = EngineRequest(messages=(ChatMessage("user", f"{seed}: {text}"),),
-                            sampling=SamplingParams(temperature=0.0, max_output_tokens=4))  # fmt: skip
+    request = EngineRequest(
+        messages=(ChatMessage("user", f"{seed}: {text}"),),
+        sampling=SamplingParams(temperature=0.0, max_output_tokens=4),
+    )
     start = time.perf_counter()
     opened = await engine.open(request)
     async for _ in engine.generate(opened):

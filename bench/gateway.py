@@ -33,8 +33,9 @@ class Stream:
     tps: float  # text chunks per second after the first
 
 
-async def _read(client: httpx.AsyncClient, url: str, body: dict[str, object], text_marker: str
-                ) -> Stream:  # fmt: skip
+async def _read(
+    client: httpx.AsyncClient, url: str, body: dict[str, object], text_marker: str
+) -> Stream:
     start = time.perf_counter()
     first = last = 0.0
     count = 0
@@ -55,21 +56,23 @@ async def _round(url: str, body: dict[str, object], marker: str, n: int) -> list
         return await asyncio.gather(*[_read(client, url, body, marker) for _ in range(n)])
 
 
-def _measure(upstream: Replay, oars: str, args: argparse.Namespace, n: int
-             ) -> tuple[list[Stream], list[Stream]]:  # fmt: skip
+def _measure(
+    upstream: Replay, oars: str, args: argparse.Namespace, n: int
+) -> tuple[list[Stream], list[Stream]]:
     pieces = [f" w{i}" for i in range(args.tokens)]
     paced = Scenario(text_stream(pieces).chunks, chunk_delay=1 / args.rate)
     upstream.default = paced
-    direct_body = {"model": "bench", "messages": [{"role": "user", "content": "x"}],
-                   "stream": True}  # fmt: skip
+    direct_body = {"model": "bench", "messages": [{"role": "user", "content": "x"}], "stream": True}
     oars_body = {"model": "bench", "input": "x", "stream": True, "store": False}
     direct: list[Stream] = []
     through: list[Stream] = []
     for _ in range(args.reps):
-        direct += asyncio.run(_round(f"{upstream.url}/chat/completions", direct_body,
-                                     '"content": " w', n))  # fmt: skip
-        through += asyncio.run(_round(f"{oars}/v1/responses", oars_body,
-                                      '"response.output_text.delta"', n))  # fmt: skip
+        direct += asyncio.run(
+            _round(f"{upstream.url}/chat/completions", direct_body, '"content": " w', n)
+        )
+        through += asyncio.run(
+            _round(f"{oars}/v1/responses", oars_body, '"response.output_text.delta"', n)
+        )
     return direct, through
 
 
@@ -78,8 +81,10 @@ def _row(label: str, direct: list[Stream], through: list[Stream]) -> str:
     o_tps = statistics.median(s.tps for s in through)
     d_ttft = statistics.median(s.ttft for s in direct)
     o_ttft = statistics.median(s.ttft for s in through)
-    return (f"| {label} | {d_tps:.1f} | {o_tps:.1f} | {o_tps / d_tps:.3f} | "
-            f"{d_ttft * 1000:.1f} | {o_ttft * 1000:.1f} | {(o_ttft - d_ttft) * 1000:+.1f} |")  # fmt: skip
+    return (
+        f"| {label} | {d_tps:.1f} | {o_tps:.1f} | {o_tps / d_tps:.3f} | "
+        f"{d_ttft * 1000:.1f} | {o_ttft * 1000:.1f} | {(o_ttft - d_ttft) * 1000:+.1f} |"
+    )
 
 
 def main() -> None:
@@ -93,18 +98,32 @@ def main() -> None:
         port = _free_port()
         folder = tempfile.mkdtemp(prefix="oars-bench-")
         server = subprocess.Popen(
-            [sys.executable, "-m", "oars.cli", "serve", "--port", str(port), "--log-level",
-             "warning", "--store", f"{folder}/oars.db", "--upstream", f"bench={upstream.url}"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "oars.cli",
+                "serve",
+                "--port",
+                str(port),
+                "--log-level",
+                "warning",
+                "--store",
+                f"{folder}/oars.db",
+                "--upstream",
+                f"bench={upstream.url}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         base = f"http://127.0.0.1:{port}"
         try:
             _wait_ready(base, server, Path("/dev/null"))
             rows = []
             for n in (int(x) for x in args.streams.split(",")):
                 _measure(upstream, base, argparse.Namespace(**{**vars(args), "reps": 1}), n)
-                rows.append(_row(f"{n} stream{'s' if n > 1 else ''}",
-                                 *_measure(upstream, base, args, n)))  # fmt: skip
+                rows.append(
+                    _row(f"{n} stream{'s' if n > 1 else ''}", *_measure(upstream, base, args, n))
+                )
         finally:
             server.terminate()
             server.wait(timeout=20)

@@ -97,8 +97,10 @@ def _follow(grammars: Grammars, grammar: str, tokens: list[int], n_vocab: int) -
 def _row(name: str, times: list[float]) -> tuple[str, float]:
     cuts = statistics.quantiles(times, n=100)
     mean = statistics.fmean(times)
-    print(f"| {name} | {mean:.3f} | {cuts[49]:.3f} | {cuts[89]:.3f} | {cuts[98]:.3f} | "
-          f"{max(times):.2f} | {mean / DECODE_STEP_MS:.1%} |")  # fmt: skip
+    print(
+        f"| {name} | {mean:.3f} | {cuts[49]:.3f} | {cuts[89]:.3f} | {cuts[98]:.3f} | "
+        f"{max(times):.2f} | {mean / DECODE_STEP_MS:.1%} |"
+    )
     return name, mean
 
 
@@ -106,10 +108,14 @@ def _decode_rate(engine: Any, grammar: bool) -> float:
     """Tokens/s of one forced apply_patch call, after its first token."""
     from oars.normalize import normalize
 
-    body = {"instructions": "You edit code by calling apply_patch.",
-            "input": "In src/report.py, quote names in render() and add a test file.",
-            "tools": [_tool(grammar)], "tool_choice": {"type": "custom", "name": "apply_patch"},
-            "max_output_tokens": 160, "temperature": 0}  # fmt: skip
+    body = {
+        "instructions": "You edit code by calling apply_patch.",
+        "input": "In src/report.py, quote names in render() and add a test file.",
+        "tools": [_tool(grammar)],
+        "tool_choice": {"type": "custom", "name": "apply_patch"},
+        "max_output_tokens": 160,
+        "temperature": 0,
+    }
 
     async def run() -> float:
         opened = await engine.open(normalize(body, served_model="m").engine)
@@ -136,8 +142,10 @@ def _end_to_end(reps: int) -> None:
             rates[grammar].append(_decode_rate(engine, grammar))
     free, patch = statistics.median(rates[False]), statistics.median(rates[True])
     print()
-    print(f"End to end, {reps} runs each, median decode tok/s: any JSON string {free:.1f}, "
-          f"apply_patch grammar {patch:.1f}: **{patch / free:.3f}×**")  # fmt: skip
+    print(
+        f"End to end, {reps} runs each, median decode tok/s: any JSON string {free:.1f}, "
+        f"apply_patch grammar {patch:.1f}: **{patch / free:.3f}×**"
+    )
 
 
 def main() -> None:
@@ -157,16 +165,20 @@ def main() -> None:
     for _ in range(args.reps):  # alternating, so that machine noise hits both alike
         runs["free"] += _follow(grammars, plain, tokens, n_vocab)
         runs["patch"] += _follow(grammars, patch, tokens, n_vocab)
-    print(f"{DEFAULT_MODEL.name}: a forced apply_patch call of {len(tokens)} tokens "
-          f"({len(PATCH)} characters of patch), {args.reps} runs, a fresh matcher each")  # fmt: skip
+    print(
+        f"{DEFAULT_MODEL.name}: a forced apply_patch call of {len(tokens)} tokens "
+        f"({len(PATCH)} characters of patch), {args.reps} runs, a fresh matcher each"
+    )
     print()
     print("| input constraint | mean ms/token | p50 | p90 | p99 | max | mean / 30 ms step |")
     print("|---|---|---|---|---|---|---|")
     _, free = _row("any JSON string (reference)", runs["free"])
     _, patch_mean = _row("Codex's apply_patch Lark grammar", runs["patch"])
     implied = (DECODE_STEP_MS + free) / (DECODE_STEP_MS + patch_mean)
-    print(f"| **implied decode speed, grammar / reference, at {DECODE_STEP_MS:.0f} ms a step** "
-          f"| **{implied:.3f}** | | | | | |")  # fmt: skip
+    print(
+        f"| **implied decode speed, grammar / reference, at {DECODE_STEP_MS:.0f} ms a step** "
+        f"| **{implied:.3f}** | | | | | |"
+    )
     if args.model:
         _end_to_end(args.reps)
 

@@ -27,30 +27,51 @@ def _cases() -> list[tuple[str, bytes]]:
     rules = "\n".join(
         ["start: r0", *(f'r{i}: "a" r{i + 1} | "b"' for i in range(4000)), 'r4000: "z"']
     )
-    grammar = {"type": "custom", "name": "g", "format": {"type": "grammar", "syntax": "lark",
-                                                          "definition": rules}}  # fmt: skip
+    grammar = {
+        "type": "custom",
+        "name": "g",
+        "format": {"type": "grammar", "syntax": "lark", "definition": rules},
+    }
     return [
         ("(a valid request, 1 output token: the reference)", body(max_output_tokens=1)),
         ("lone surrogate in input", body(input="SUR").replace(b"SUR", LONE.encode())),
-        ("lone surrogate in a metadata key", body(metadata={"SUR": "v"}).replace(b"SUR", LONE.encode())),
+        (
+            "lone surrogate in a metadata key",
+            body(metadata={"SUR": "v"}).replace(b"SUR", LONE.encode()),
+        ),
         ("invalid UTF-8 bytes", b'{"model": "m", "input": "\xff\xfe"}'),
         ("seed 99999999999999999", body(seed=99999999999999999)),
-        ("4,000-rule chain grammar (was a segfault)", body(tools=[grammar], tool_choice="required")),
-        ("3,000-character tool name (was a hang)", body(tools=[
-            {"type": "function", "name": "f" * 3000, "parameters": {"type": "object"}}])),
+        (
+            "4,000-rule chain grammar (was a segfault)",
+            body(tools=[grammar], tool_choice="required"),
+        ),
+        (
+            "3,000-character tool name (was a hang)",
+            body(
+                tools=[{"type": "function", "name": "f" * 3000, "parameters": {"type": "object"}}]
+            ),
+        ),
         ("5 MB model name", body(model="m" * 5_000_000, stream=True)),
         ("100 MB body", b'{"model": "m", "input": "' + b"a" * 100_000_000 + b'"}'),
         ("100,000 messages", body(input=[{"role": "user", "content": "hi"}] * 100_000)),
         ("15,000 messages", body(input=[{"role": "user", "content": "hi"}] * 15_000)),
         ("50 MB string", body(input="a" * 50_000_000)),
-    ]  # fmt: skip
+    ]
 
 
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         port, folder = _free_port(), Path(tmp)
-        cmd = [sys.executable, "-m", "oars.cli", "serve", "--port", str(port), "--store",
-               f"sqlite:///{folder}/oars.db"]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "oars.cli",
+            "serve",
+            "--port",
+            str(port),
+            "--store",
+            f"sqlite:///{folder}/oars.db",
+        ]
         with open(folder / "log", "wb") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         base = f"http://127.0.0.1:{port}"

@@ -38,9 +38,16 @@ class Load:
         self.name = "repacked" if repack else "plain"
         self.model = llama_cpp.llama_model_load_from_file(path.encode(), params)
         vocab = llama_cpp.llama_model_get_vocab(self.model)
-        self.ctx = LlamaContext(llama_cpp, self.model, n_seq=4, n_ctx_seq=4096, n_batch=512,
-                                n_threads=threads, n_vocab=llama_cpp.llama_vocab_n_tokens(vocab),
-                                flash_attn=False)  # fmt: skip
+        self.ctx = LlamaContext(
+            llama_cpp,
+            self.model,
+            n_seq=4,
+            n_ctx_seq=4096,
+            n_batch=512,
+            n_threads=threads,
+            n_vocab=llama_cpp.llama_vocab_n_tokens(vocab),
+            flash_attn=False,
+        )
         rng = np.random.default_rng(7)  # the same tokens for both loads
         self.prompts = [[int(t) for t in rng.integers(1000, 30000, PROMPT)] for _ in range(4)]
         self.long = [int(t) for t in rng.integers(1000, 30000, 1024)]
@@ -106,8 +113,11 @@ def main() -> None:
     plain, repacked = (results[load.name] for load in loads)
     print(f"{args.reps} reps, {args.threads} threads, medians; ratio repacked / plain\n")
     print("| measure | plain | repacked | ratio |\n|---|---|---|---|")
-    for key, label, unit in (("one", "pass, 1 sequence", "ms"), ("four", "pass, 4 sequences", "ms"),
-                             ("prefill", "1,024-token prompt, 256 a pass", "s")):  # fmt: skip
+    for key, label, unit in (
+        ("one", "pass, 1 sequence", "ms"),
+        ("four", "pass, 4 sequences", "ms"),
+        ("prefill", "1,024-token prompt, 256 a pass", "s"),
+    ):
         a, b = statistics.median(plain[key]), statistics.median(repacked[key])
         print(f"| {label} | {a:.2f} {unit} | {b:.2f} {unit} | {b / a:.3f} |")
     a, b = (load.batch_difference() for load in loads)

@@ -45,11 +45,36 @@ def _server(engine: str, folder: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = _free_port()
     store = f"sqlite:///{folder}/oars.db"
     if engine == "model":
-        cmd = [sys.executable, "-m", "oars.cli", "serve", "--port", str(port), "--store", store,
-               "--ctx", "4096", "--temperature", "0"]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "oars.cli",
+            "serve",
+            "--port",
+            str(port),
+            "--store",
+            store,
+            "--ctx",
+            "4096",
+            "--temperature",
+            "0",
+        ]
     else:
-        cmd = [sys.executable, "-m", "tests.replica", "--store", store, "--port", str(port),
-               "--replica", "load", "--chunks", "24", "--delay", "0.005"]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "tests.replica",
+            "--store",
+            store,
+            "--port",
+            str(port),
+            "--replica",
+            "load",
+            "--chunks",
+            "24",
+            "--delay",
+            "0.005",
+        ]
     log = open(folder / "server.log", "wb")  # noqa: SIM115 (open for the process's life)
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
@@ -64,10 +89,15 @@ def _rss_mib(pid: int) -> float:
     return 0.0
 
 
-async def _one(client: httpx.AsyncClient, base: str, level: Level, leave: bool, tokens: int
-               ) -> None:  # fmt: skip
-    body = {"model": MODEL, "input": "Count from one to fifty.", "stream": True,
-            "max_output_tokens": tokens}  # fmt: skip
+async def _one(
+    client: httpx.AsyncClient, base: str, level: Level, leave: bool, tokens: int
+) -> None:
+    body = {
+        "model": MODEL,
+        "input": "Count from one to fifty.",
+        "stream": True,
+        "max_output_tokens": tokens,
+    }
     start = time.perf_counter()
     text, first = "", 0.0
     try:
@@ -97,8 +127,9 @@ async def _one(client: httpx.AsyncClient, base: str, level: Level, leave: bool, 
     level.outcomes["completed" if ok else "invalid stream"] += 1
 
 
-async def _level(base: str, clients: int, requests: int, disconnect: float, tokens: int,
-                 rng: random.Random) -> Level:  # fmt: skip
+async def _level(
+    base: str, clients: int, requests: int, disconnect: float, tokens: int, rng: random.Random
+) -> Level:
     level = Level(clients)
     gate = asyncio.Semaphore(clients)
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
@@ -122,8 +153,11 @@ def _settled(base: str) -> tuple[int, float]:
         if running == 0 or time.monotonic() > deadline:
             break
         time.sleep(0.2)
-    gauges = [line for line in httpx.get(f"{base}/metrics", timeout=10).text.splitlines()
-              if line.startswith(("oars_generations_running", "oars_generations_queued"))]  # fmt: skip
+    gauges = [
+        line
+        for line in httpx.get(f"{base}/metrics", timeout=10).text.splitlines()
+        if line.startswith(("oars_generations_running", "oars_generations_queued"))
+    ]
     return running, sum(float(line.rsplit(" ", 1)[1]) for line in gauges)
 
 
@@ -149,9 +183,14 @@ def main() -> None:
         proc, base = _server(args.engine, Path(tmp))
         try:
             asyncio.run(_level(base, 4, 8, 0.0, args.tokens, rng))  # warm up
-            levels = [asyncio.run(_level(base, int(n), max(args.per_level, int(n)),
-                                         args.disconnect, args.tokens, rng))
-                      for n in args.levels.split(",")]  # fmt: skip
+            levels = [
+                asyncio.run(
+                    _level(
+                        base, int(n), max(args.per_level, int(n)), args.disconnect, args.tokens, rng
+                    )
+                )
+                for n in args.levels.split(",")
+            ]
             before = _rss_mib(proc.pid)
             soak = asyncio.run(_level(base, 16, args.soak, args.disconnect, args.tokens, rng))
             after = _rss_mib(proc.pid)
@@ -159,14 +198,30 @@ def main() -> None:
         finally:
             proc.terminate()
             proc.wait(30)
-    rows = [{"clients": lv.clients, "requests": sum(lv.outcomes.values()),
-             "ttft_p50_ms": round(_pct(lv.ttft, 0.5), 1), "ttft_p99_ms": round(_pct(lv.ttft, 0.99), 1),
-             "seconds": round(lv.seconds, 1), **dict(lv.outcomes)} for lv in levels]  # fmt: skip
-    summary = {"engine": args.engine, "levels": rows, "soak": {
-        "requests": sum(soak.outcomes.values()), **dict(soak.outcomes),
-        "rss_before_mib": round(before, 1), "rss_after_mib": round(after, 1),
-        "rss_growth_mib": round(after - before, 1)},
-        "left_running": running, "gauges_after": gauges}  # fmt: skip
+    rows = [
+        {
+            "clients": lv.clients,
+            "requests": sum(lv.outcomes.values()),
+            "ttft_p50_ms": round(_pct(lv.ttft, 0.5), 1),
+            "ttft_p99_ms": round(_pct(lv.ttft, 0.99), 1),
+            "seconds": round(lv.seconds, 1),
+            **dict(lv.outcomes),
+        }
+        for lv in levels
+    ]
+    summary = {
+        "engine": args.engine,
+        "levels": rows,
+        "soak": {
+            "requests": sum(soak.outcomes.values()),
+            **dict(soak.outcomes),
+            "rss_before_mib": round(before, 1),
+            "rss_after_mib": round(after, 1),
+            "rss_growth_mib": round(after - before, 1),
+        },
+        "left_running": running,
+        "gauges_after": gauges,
+    }
     if args.json:
         print(json.dumps(summary, indent=2))
         return

@@ -91,9 +91,20 @@ def _drive(args: argparse.Namespace, port: int, passes: Passes, out: dict[str, A
 
     def streams(n: int, tokens: int) -> float:
         began = time.perf_counter()
-        procs = [subprocess.Popen([sys.executable, "-c", CLIENT, str(port), str(tokens),
-                                   "1" if args.store else "0", str(i + 1)])
-                 for i in range(n)]  # fmt: skip
+        procs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    CLIENT,
+                    str(port),
+                    str(tokens),
+                    "1" if args.store else "0",
+                    str(i + 1),
+                ]
+            )
+            for i in range(n)
+        ]
         for p in procs:
             p.wait()
         return time.perf_counter() - began
@@ -107,16 +118,25 @@ def _drive(args: argparse.Namespace, port: int, passes: Passes, out: dict[str, A
     cpu = _thread_cpu(loop_id) - cpu_before
     tokens = _output_tokens(httpx.get(f"{base}/metrics", timeout=5).text) - tokens_before
     decodes = [b - a for a, b in passes.marks]
-    out.update(tokens=tokens, wall=wall, loop_ms=cpu * 1000 / tokens,
-               gap_ms=statistics.median(passes.gaps()) * 1000,
-               pass_ms=statistics.median(decodes) * 1000)  # fmt: skip
+    out.update(
+        tokens=tokens,
+        wall=wall,
+        loop_ms=cpu * 1000 / tokens,
+        gap_ms=statistics.median(passes.gaps()) * 1000,
+        pass_ms=statistics.median(decodes) * 1000,
+    )
     os.kill(os.getpid(), signal.SIGINT)
 
 
 def _output_tokens(metrics: str) -> int:
-    return int(sum(sample.value for family in text_string_to_metric_families(metrics)
-                   for sample in family.samples
-                   if sample.name == "oars_tokens_total" and sample.labels["kind"] == "output"))  # fmt: skip
+    return int(
+        sum(
+            sample.value
+            for family in text_string_to_metric_families(metrics)
+            for sample in family.samples
+            if sample.name == "oars_tokens_total" and sample.labels["kind"] == "output"
+        )
+    )
 
 
 def main() -> None:
@@ -134,8 +154,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as home:
         os.environ["OARS_HOME"] = home
         driver.start()
-        cli.main(["serve", "--model", str(model), "--port", str(port), "--log-level", "warning"]
-                 + ([] if args.store else ["--store", "none"]))  # fmt: skip
+        cli.main(
+            ["serve", "--model", str(model), "--port", str(port), "--log-level", "warning"]
+            + ([] if args.store else ["--store", "none"])
+        )
     if not out:
         raise SystemExit("the bench did not finish")
     print(

@@ -34,8 +34,9 @@ from oars.weights import pull
 def _request(tokens: int, user: str) -> EngineRequest:
     system, question = _chat("restart", tokens, user)
     messages = (ChatMessage("system", system["content"]), ChatMessage("user", question["content"]))
-    return EngineRequest(messages=messages,
-                         sampling=SamplingParams(temperature=0.0, max_output_tokens=4))  # fmt: skip
+    return EngineRequest(
+        messages=messages, sampling=SamplingParams(temperature=0.0, max_output_tokens=4)
+    )
 
 
 async def _first_token(engine: LlamaEngine, request: EngineRequest) -> float:
@@ -80,8 +81,9 @@ def _phase(phase: str, home: Path, tokens: int) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--tokens", type=int, default=8000)
     parser.add_argument("--phase", choices=("keep", "restart"), help=argparse.SUPPRESS)
     parser.add_argument("--home", type=Path, help=argparse.SUPPRESS)
@@ -91,9 +93,22 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory(prefix="oars-restart-") as tmp:
         for phase in ("keep", "restart"):
-            out = subprocess.run([sys.executable, "-m", "bench.restart", "--phase", phase,
-                                  "--home", tmp, "--tokens", str(args.tokens)],
-                                 check=True, capture_output=True, text=True).stdout  # fmt: skip
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "bench.restart",
+                    "--phase",
+                    phase,
+                    "--home",
+                    tmp,
+                    "--tokens",
+                    str(args.tokens),
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
             times = json.loads(out.strip().splitlines()[-1])
             print(f"{phase}: " + ", ".join(f"{k} {v:.3f} s" for k, v in times.items()))
 

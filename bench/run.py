@@ -49,20 +49,32 @@ class Run:
 JSON_PROMPT = "Describe three fictional people as JSON: name, age, hobbies, city."
 JSON_SCHEMA = {
     "type": "object",
-    "properties": {"people": {"type": "array", "items": {
-        "type": "object",
-        "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
-                       "hobbies": {"type": "array", "items": {"type": "string"}},
-                       "city": {"type": "string"}},
-        "required": ["name", "age", "hobbies", "city"]}}},
+    "properties": {
+        "people": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string"},
+                    "age": {"type": "integer"},
+                    "hobbies": {"type": "array", "items": {"type": "string"}},
+                    "city": {"type": "string"},
+                },
+                "required": ["name", "age", "hobbies", "city"],
+            },
+        }
+    },
     "required": ["people"],
-}  # fmt: skip
+}
 
 
 async def _raw(
-    engine: LlamaEngine, rep: int, tokens: int, prompt: str = PROMPT,
+    engine: LlamaEngine,
+    rep: int,
+    tokens: int,
+    prompt: str = PROMPT,
     output: OutputFormat | None = None,
-) -> Run:  # fmt: skip
+) -> Run:
     request = EngineRequest(
         (ChatMessage("user", f"Run {rep}. {prompt}"),),
         SamplingParams(temperature=0, max_output_tokens=tokens),
@@ -83,8 +95,14 @@ async def _raw(
 
 
 def _http(base: str, rep: int, tokens: int, *, store: bool = False) -> Run:
-    body = {"model": "bench", "input": f"Run {rep}. {PROMPT}", "temperature": 0,
-            "max_output_tokens": tokens, "stream": True, "store": store}  # fmt: skip
+    body = {
+        "model": "bench",
+        "input": f"Run {rep}. {PROMPT}",
+        "temperature": 0,
+        "max_output_tokens": tokens,
+        "stream": True,
+        "store": store,
+    }
     start = time.perf_counter()
     first = last = 0.0
     usage: dict[str, Any] = {}
@@ -105,8 +123,14 @@ def _http(base: str, rep: int, tokens: int, *, store: bool = False) -> Run:
 
 def _ttft(base: str, rep: int, *, store: bool) -> float:
     """Seconds to the first text delta of a short streamed reply."""
-    body = {"model": "bench", "input": f"Run {rep}. Say hello.", "temperature": 0,
-            "max_output_tokens": 4, "stream": True, "store": store}  # fmt: skip
+    body = {
+        "model": "bench",
+        "input": f"Run {rep}. Say hello.",
+        "temperature": 0,
+        "max_output_tokens": 4,
+        "stream": True,
+        "store": store,
+    }
     start = time.perf_counter()
     with httpx.stream("POST", f"{base}/v1/responses", json=body, timeout=300) as r:
         for line in r.iter_lines():
@@ -145,10 +169,21 @@ def main() -> None:
     port = _free_port()
     folder = tempfile.mkdtemp(prefix="oars-bench-")
     server = subprocess.Popen(
-        [sys.executable, "-m", "oars.cli", "serve", "--port", str(port), "--log-level", "warning",
-         "--store", f"{folder}/oars.db"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "oars.cli",
+            "serve",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+            "--store",
+            f"{folder}/oars.db",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         from pathlib import Path

@@ -60,10 +60,41 @@ from tests.model.conftest import _free_port, _wait_ready
 LLAMA_SERVER = Path(__file__).resolve().parents[1] / "build/llama-server/bin/llama-server"
 Chat = list[dict[str, str]]
 COUNT = "Count from 1 to 300, separated by commas, and nothing else."
-WORDS = ("alpha", "batch", "cache", "delta", "engine", "filter", "gamma", "handler", "index",
-         "jitter", "kernel", "lambda", "matrix", "node", "offset", "parser", "queue", "router",
-         "stream", "tensor", "update", "vector", "worker", "buffer", "commit", "socket",
-         "thread", "module", "import", "return", "value", "config", "branch")  # fmt: skip
+WORDS = (
+    "alpha",
+    "batch",
+    "cache",
+    "delta",
+    "engine",
+    "filter",
+    "gamma",
+    "handler",
+    "index",
+    "jitter",
+    "kernel",
+    "lambda",
+    "matrix",
+    "node",
+    "offset",
+    "parser",
+    "queue",
+    "router",
+    "stream",
+    "tensor",
+    "update",
+    "vector",
+    "worker",
+    "buffer",
+    "commit",
+    "socket",
+    "thread",
+    "module",
+    "import",
+    "return",
+    "value",
+    "config",
+    "branch",
+)
 
 
 @dataclass
@@ -89,8 +120,15 @@ class Stream:
 
 
 def _oars_body(chat: Chat, max_tokens: int) -> dict[str, Any]:
-    return {"model": "bench", "instructions": chat[0]["content"], "input": chat[1:],
-            "temperature": 0, "max_output_tokens": max_tokens, "stream": True, "store": False}  # fmt: skip
+    return {
+        "model": "bench",
+        "instructions": chat[0]["content"],
+        "input": chat[1:],
+        "temperature": 0,
+        "max_output_tokens": max_tokens,
+        "stream": True,
+        "store": False,
+    }
 
 
 def _oars_event(event: dict[str, Any], stream: Stream, now: float) -> None:
@@ -105,8 +143,13 @@ def _oars_event(event: dict[str, Any], stream: Stream, now: float) -> None:
 
 
 def _llama_body(chat: Chat, max_tokens: int) -> dict[str, Any]:
-    return {"messages": chat, "temperature": 0, "max_tokens": max_tokens, "stream": True,
-            "stream_options": {"include_usage": True}}  # fmt: skip
+    return {
+        "messages": chat,
+        "temperature": 0,
+        "max_tokens": max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
 
 
 def _llama_event(event: dict[str, Any], stream: Stream, now: float) -> None:
@@ -139,8 +182,9 @@ class Server:
     def start(self) -> None:
         port = _free_port()
         with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(self.cmd(port), stdout=out, stderr=subprocess.STDOUT,
-                                         env=self.env)  # fmt: skip
+            self.proc = subprocess.Popen(
+                self.cmd(port), stdout=out, stderr=subprocess.STDOUT, env=self.env
+            )
         self.base = f"http://127.0.0.1:{port}"
         _wait_ready(self.base, self.proc, self.log)
 
@@ -215,8 +259,9 @@ def _median(values: Iterator[float] | list[float]) -> float:
     return statistics.median(list(values))
 
 
-def _alternate(servers: tuple[Server, Server], reps: int, run: Callable[[Server, int], Any]
-               ) -> tuple[list[Any], list[Any]]:  # fmt: skip
+def _alternate(
+    servers: tuple[Server, Server], reps: int, run: Callable[[Server, int], Any]
+) -> tuple[list[Any], list[Any]]:
     """`run(server, rep)` for each rep on both servers, the first one first on even reps."""
     out: dict[str, list[Any]] = {s.name: [] for s in servers}
     for rep in range(reps):
@@ -234,8 +279,15 @@ def _decode(servers: tuple[Server, Server], reps: int, tokens: int) -> list[Row]
         return server.one(_chat(f"decode {rep}", 20, COUNT), tokens)
 
     a, b = _alternate(servers, reps, run)
-    return [Row(f"decode tok/s, 1 stream, {tokens} tokens", _median(s.decode_tps for s in a),
-                _median(s.decode_tps for s in b), "tok/s", 1)]  # fmt: skip
+    return [
+        Row(
+            f"decode tok/s, 1 stream, {tokens} tokens",
+            _median(s.decode_tps for s in a),
+            _median(s.decode_tps for s in b),
+            "tok/s",
+            1,
+        )
+    ]
 
 
 def _ttft(servers: tuple[Server, Server], reps: int) -> list[Row]:
@@ -245,12 +297,22 @@ def _ttft(servers: tuple[Server, Server], reps: int) -> list[Row]:
 
     a, b = _alternate(servers, reps, run)
     return [
-        Row("prompt tokens, ~100-token prompt", a[0][0].prompt_tokens, b[0][0].prompt_tokens, "", 0),
-        Row("TTFT, cold ~100-token prompt", _median(c.ttft for c, _ in a),
-            _median(c.ttft for c, _ in b), "s"),
-        Row("TTFT, the same prompt again (cached)", _median(w.ttft for _, w in a),
-            _median(w.ttft for _, w in b), "s"),
-    ]  # fmt: skip
+        Row(
+            "prompt tokens, ~100-token prompt", a[0][0].prompt_tokens, b[0][0].prompt_tokens, "", 0
+        ),
+        Row(
+            "TTFT, cold ~100-token prompt",
+            _median(c.ttft for c, _ in a),
+            _median(c.ttft for c, _ in b),
+            "s",
+        ),
+        Row(
+            "TTFT, the same prompt again (cached)",
+            _median(w.ttft for _, w in a),
+            _median(w.ttft for _, w in b),
+            "s",
+        ),
+    ]
 
 
 def _prefill(servers: tuple[Server, Server], reps: int) -> list[Row]:
@@ -260,9 +322,13 @@ def _prefill(servers: tuple[Server, Server], reps: int) -> list[Row]:
     a, b = _alternate(servers, reps, run)
     return [
         Row("prompt tokens, 2,000-token prompt", a[0].prompt_tokens, b[0].prompt_tokens, "", 0),
-        Row("TTFT, fresh 2,000-token prompt (prefill)", _median(s.ttft for s in a),
-            _median(s.ttft for s in b), "s"),
-    ]  # fmt: skip
+        Row(
+            "TTFT, fresh 2,000-token prompt (prefill)",
+            _median(s.ttft for s in a),
+            _median(s.ttft for s in b),
+            "s",
+        ),
+    ]
 
 
 def _aggregate(streams: list[Stream]) -> float:
@@ -278,13 +344,28 @@ def _scaling(servers: tuple[Server, Server], reps: int, tokens: int) -> list[Row
 
     a, b = _alternate(servers, reps, run)
     return [
-        Row(f"aggregate tok/s, 1 stream, {tokens} tokens (wall)", _median(x for x, _ in a),
-            _median(x for x, _ in b), "tok/s", 1),
-        Row(f"aggregate tok/s, 4 concurrent streams, {tokens} tokens each",
-            _median(y for _, y in a), _median(y for _, y in b), "tok/s", 1),
-        Row("**scaling, 4 streams / 1 stream** (oars target: 2.5)",
-            _median(y / x for x, y in a), _median(y / x for x, y in b), "×", 2),
-    ]  # fmt: skip
+        Row(
+            f"aggregate tok/s, 1 stream, {tokens} tokens (wall)",
+            _median(x for x, _ in a),
+            _median(x for x, _ in b),
+            "tok/s",
+            1,
+        ),
+        Row(
+            f"aggregate tok/s, 4 concurrent streams, {tokens} tokens each",
+            _median(y for _, y in a),
+            _median(y for _, y in b),
+            "tok/s",
+            1,
+        ),
+        Row(
+            "**scaling, 4 streams / 1 stream** (oars target: 2.5)",
+            _median(y / x for x, y in a),
+            _median(y / x for x, y in b),
+            "×",
+            2,
+        ),
+    ]
 
 
 def _overlapped(streams: list[Stream]) -> int:
@@ -299,15 +380,34 @@ def _sixteen(servers: tuple[Server, Server], reps: int, tokens: int) -> list[Row
 
     a, b = _alternate(servers, reps, run)
     return [
-        Row(f"16 concurrent streams of {tokens} tokens: completed (all reps)",
-            sum(len(r) for r in a), sum(len(r) for r in b), "", 0),
-        Row("16 streams: max TTFT", _median(max(s.ttft for s in r) for r in a),
-            _median(max(s.ttft for s in r) for r in b), "s"),
-        Row("16 streams: first token while another still ran (worst rep, of 16)",
-            min(_overlapped(r) for r in a), min(_overlapped(r) for r in b), "", 0),
-        Row("16 streams: aggregate tok/s", _median(_aggregate(r) for r in a),
-            _median(_aggregate(r) for r in b), "tok/s", 1),
-    ]  # fmt: skip
+        Row(
+            f"16 concurrent streams of {tokens} tokens: completed (all reps)",
+            sum(len(r) for r in a),
+            sum(len(r) for r in b),
+            "",
+            0,
+        ),
+        Row(
+            "16 streams: max TTFT",
+            _median(max(s.ttft for s in r) for r in a),
+            _median(max(s.ttft for s in r) for r in b),
+            "s",
+        ),
+        Row(
+            "16 streams: first token while another still ran (worst rep, of 16)",
+            min(_overlapped(r) for r in a),
+            min(_overlapped(r) for r in b),
+            "",
+            0,
+        ),
+        Row(
+            "16 streams: aggregate tok/s",
+            _median(_aggregate(r) for r in a),
+            _median(_aggregate(r) for r in b),
+            "tok/s",
+            1,
+        ),
+    ]
 
 
 def _conversation(seed: str) -> Chat:
@@ -315,8 +415,10 @@ def _conversation(seed: str) -> Chat:
     chat = _chat(seed, 1100, "Read the notes and list the ones about the parser.")
     rng = random.Random(f"{seed} turns")
     for n in range(3):
-        chat += [{"role": "assistant", "content": _filler(rng, 180)},
-                 {"role": "user", "content": f"Turn {n + 2}: {_filler(rng, 60)}"}]  # fmt: skip
+        chat += [
+            {"role": "assistant", "content": _filler(rng, 180)},
+            {"role": "user", "content": f"Turn {n + 2}: {_filler(rng, 60)}"},
+        ]
     return chat
 
 
@@ -324,20 +426,33 @@ def _agent(servers: tuple[Server, Server], reps: int) -> list[Row]:
     def run(server: Server, rep: int) -> tuple[Stream, Stream]:
         chat = _conversation(f"agent {rep}")
         before = server.one(chat, 16)
-        chat += [{"role": "assistant", "content": before.text},
-                 {"role": "user", "content": "Now rename the variable x to y."}]  # fmt: skip
+        chat += [
+            {"role": "assistant", "content": before.text},
+            {"role": "user", "content": "Now rename the variable x to y."},
+        ]
         return before, server.one(chat, 4)
 
     a, b = _alternate(servers, reps, run)
     return [
         Row("agent turn N: prompt tokens", a[0][1].prompt_tokens, b[0][1].prompt_tokens, "", 0),
-        Row("agent turn N: previous turn's prompt + output tokens",
+        Row(
+            "agent turn N: previous turn's prompt + output tokens",
             a[0][0].prompt_tokens + a[0][0].output_tokens,
-            b[0][0].prompt_tokens + b[0][0].output_tokens, "", 0),
-        Row("agent turn N: cached tokens reported (min over reps)",
-            min(n.cached_tokens for _, n in a), min(n.cached_tokens for _, n in b), "", 0),
-        Row("agent turn N: TTFT", _median(n.ttft for _, n in a), _median(n.ttft for _, n in b), "s"),
-    ]  # fmt: skip
+            b[0][0].prompt_tokens + b[0][0].output_tokens,
+            "",
+            0,
+        ),
+        Row(
+            "agent turn N: cached tokens reported (min over reps)",
+            min(n.cached_tokens for _, n in a),
+            min(n.cached_tokens for _, n in b),
+            "",
+            0,
+        ),
+        Row(
+            "agent turn N: TTFT", _median(n.ttft for _, n in a), _median(n.ttft for _, n in b), "s"
+        ),
+    ]
 
 
 def _codex(servers: tuple[Server, Server], reps: int) -> list[Row]:
@@ -352,34 +467,87 @@ def _codex(servers: tuple[Server, Server], reps: int) -> list[Row]:
     a, b = _alternate(servers, reps, run)
     return [
         Row("Codex session: prompt tokens", a[0][1].prompt_tokens, b[0][1].prompt_tokens, "", 0),
-        Row("Codex session: TTFT, first send (cold)", _median(c.ttft for c, _ in a),
-            _median(c.ttft for c, _ in b), "s"),
-        Row("Codex session: cached tokens after the restart (min over reps)",
-            min(n.cached_tokens for _, n in a), min(n.cached_tokens for _, n in b), "", 0),
-        Row("**Codex session: TTFT after a server restart**", _median(n.ttft for _, n in a),
-            _median(n.ttft for _, n in b), "s"),
-    ]  # fmt: skip
+        Row(
+            "Codex session: TTFT, first send (cold)",
+            _median(c.ttft for c, _ in a),
+            _median(c.ttft for c, _ in b),
+            "s",
+        ),
+        Row(
+            "Codex session: cached tokens after the restart (min over reps)",
+            min(n.cached_tokens for _, n in a),
+            min(n.cached_tokens for _, n in b),
+            "",
+            0,
+        ),
+        Row(
+            "**Codex session: TTFT after a server restart**",
+            _median(n.ttft for _, n in a),
+            _median(n.ttft for _, n in b),
+            "s",
+        ),
+    ]
 
 
 def _servers(args: argparse.Namespace, model: Path, home: Path) -> tuple[Server, Server]:
     threads = str(args.threads)
 
     def oars(port: int) -> list[str]:
-        return [sys.executable, "-m", "oars.cli", "serve", "--model", str(model),
-                "--port", str(port), "--threads", threads, "--ctx", str(args.ctx),
-                "--log-level", "warning", *shlex.split(args.oars_args)]  # fmt: skip
+        return [
+            sys.executable,
+            "-m",
+            "oars.cli",
+            "serve",
+            "--model",
+            str(model),
+            "--port",
+            str(port),
+            "--threads",
+            threads,
+            "--ctx",
+            str(args.ctx),
+            "--log-level",
+            "warning",
+            *shlex.split(args.oars_args),
+        ]
 
     def llama(port: int) -> list[str]:
-        return [str(args.llama_server), "-m", str(model), "--host", "127.0.0.1",
-                "--port", str(port), "-t", threads, "--parallel", str(args.parallel),
-                "-c", str(args.ctx * args.parallel), *shlex.split(args.llama_args)]  # fmt: skip
+        return [
+            str(args.llama_server),
+            "-m",
+            str(model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "-t",
+            threads,
+            "--parallel",
+            str(args.parallel),
+            "-c",
+            str(args.ctx * args.parallel),
+            *shlex.split(args.llama_args),
+        ]
 
     return (
-        Server("oars", oars, "/v1/responses", _oars_body, _oars_event, home / "oars.log",
-               env={**os.environ, "OARS_HOME": str(home)}),
-        Server("llama-server", llama, "/v1/chat/completions", _llama_body, _llama_event,
-               home / "llama-server.log"),
-    )  # fmt: skip
+        Server(
+            "oars",
+            oars,
+            "/v1/responses",
+            _oars_body,
+            _oars_event,
+            home / "oars.log",
+            env={**os.environ, "OARS_HOME": str(home)},
+        ),
+        Server(
+            "llama-server",
+            llama,
+            "/v1/chat/completions",
+            _llama_body,
+            _llama_event,
+            home / "llama-server.log",
+        ),
+    )
 
 
 def _measure(args: argparse.Namespace, servers: tuple[Server, Server]) -> list[Row]:
@@ -406,20 +574,27 @@ def _measure(args: argparse.Namespace, servers: tuple[Server, Server]) -> list[R
 
 
 def _table(rows: list[Row], args: argparse.Namespace) -> str:
-    lines = [f"oars {args.oars_args or '(defaults)'} vs llama-server --parallel {args.parallel}, "
-             f"{args.threads} threads, median of {args.reps} alternating reps "
-             f"(Codex session: {args.codex_reps})", "",
-             "| measure | oars | llama-server | oars / llama-server |", "|---|---|---|---|"]  # fmt: skip
+    lines = [
+        f"oars {args.oars_args or '(defaults)'} vs llama-server --parallel {args.parallel}, "
+        f"{args.threads} threads, median of {args.reps} alternating reps "
+        f"(Codex session: {args.codex_reps})",
+        "",
+        "| measure | oars | llama-server | oars / llama-server |",
+        "|---|---|---|---|",
+    ]
     for row in rows:
         unit = f" {row.unit}" if row.unit else ""
-        lines.append(f"| {row.measure} | {row.oars:,.{row.digits}f}{unit} | "
-                     f"{row.llama:,.{row.digits}f}{unit} | {row.ratio:.2f} |")  # fmt: skip
+        lines.append(
+            f"| {row.measure} | {row.oars:,.{row.digits}f}{unit} | "
+            f"{row.llama:,.{row.digits}f}{unit} | {row.ratio:.2f} |"
+        )
     return "\n".join(lines)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--codex-reps", type=int, default=1, help="reps of the restart test")
     parser.add_argument("--tokens", type=int, default=128, help="output tokens of decode streams")
@@ -431,8 +606,12 @@ def main() -> None:
         "--oars-args", default="", help='extra `oars serve` flags, e.g. "--parallel 4"'
     )
     parser.add_argument("--llama-args", default="", help="extra llama-server flags")
-    parser.add_argument("--only", default="", help="some steps, e.g. decode,ttft (of decode, "
-                        "ttft, prefill, scaling, sixteen, agent, codex)")  # fmt: skip
+    parser.add_argument(
+        "--only",
+        default="",
+        help="some steps, e.g. decode,ttft (of decode, "
+        "ttft, prefill, scaling, sixteen, agent, codex)",
+    )
     parser.add_argument("--llama-server", type=Path, default=LLAMA_SERVER)
     parser.add_argument("--model", type=Path, default=None, help="a GGUF (default: oars's own)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -450,9 +629,24 @@ def main() -> None:
             for server in servers:
                 server.stop()
     if args.json:
-        print(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
-                          "rows": [{"measure": r.measure, "oars": r.oars, "llama_server": r.llama,
-                                    "ratio": r.ratio, "unit": r.unit} for r in rows]}, indent=2))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "args": {k: str(v) for k, v in vars(args).items()},
+                    "rows": [
+                        {
+                            "measure": r.measure,
+                            "oars": r.oars,
+                            "llama_server": r.llama,
+                            "ratio": r.ratio,
+                            "unit": r.unit,
+                        }
+                        for r in rows
+                    ],
+                },
+                indent=2,
+            )
+        )
     else:
         print(_table(rows, args))
 

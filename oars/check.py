@@ -68,8 +68,12 @@ class Checker:
 
     def body(self, **fields: Any) -> dict[str, Any]:
         # Greedy, so that a check's outcome depends on the server, not on a sampling draw.
-        return {"model": self.model, "max_output_tokens": self.max_tokens, "temperature": 0,
-                **fields}  # fmt: skip
+        return {
+            "model": self.model,
+            "max_output_tokens": self.max_tokens,
+            "temperature": 0,
+            **fields,
+        }
 
     def stream(self, body: dict[str, Any]) -> Report:
         response = self.post({**body, "stream": True})
@@ -153,16 +157,27 @@ def check_streaming(c: Checker) -> str:
 
 
 def check_system_prompt(c: Checker) -> str:
-    c.stream(c.body(input=[{"role": "system", "content": "Answer in French."},
-                           {"role": "user", "content": "Say hello."}]))  # fmt: skip
+    c.stream(
+        c.body(
+            input=[
+                {"role": "system", "content": "Answer in French."},
+                {"role": "user", "content": "Say hello."},
+            ]
+        )
+    )
     return "system message accepted"
 
 
 def check_multi_turn(c: Checker) -> str:
-    c.stream(c.body(input=[
-        {"role": "user", "content": "My name is Ada."},
-        {"role": "assistant", "content": "Nice to meet you, Ada."},
-        {"role": "user", "content": "What is my name?"}]))  # fmt: skip
+    c.stream(
+        c.body(
+            input=[
+                {"role": "user", "content": "My name is Ada."},
+                {"role": "assistant", "content": "Nice to meet you, Ada."},
+                {"role": "user", "content": "What is my name?"},
+            ]
+        )
+    )
     return "history accepted"
 
 
@@ -190,10 +205,15 @@ def check_tool_auto(c: Checker) -> str:
 
 def check_tool_round_trip(c: Checker) -> str:
     call = _forced_call(c)
-    history = [{"role": "user", "content": QUESTION},
-               {k: call[k] for k in ("type", "call_id", "name", "arguments")},
-               {"type": "function_call_output", "call_id": call["call_id"],
-                "output": json.dumps({"temp_c": 18, "condition": "light rain"})}]  # fmt: skip
+    history = [
+        {"role": "user", "content": QUESTION},
+        {k: call[k] for k in ("type", "call_id", "name", "arguments")},
+        {
+            "type": "function_call_output",
+            "call_id": call["call_id"],
+            "output": json.dumps({"temp_c": 18, "condition": "light rain"}),
+        },
+    ]
     final = _final(c.stream(c.body(input=history, tools=[WEATHER])))
     return "answered" if _items(final, "message") else "called again"
 
@@ -214,12 +234,18 @@ def check_truncation(c: Checker) -> str:
     last = report.events[-1]["type"]
     output_tokens = (final.get("usage") or {}).get("output_tokens", 0)
     if last != "response.incomplete" and output_tokens < TRUNCATION_LIMIT:
-        raise CheckFailed(f"the model stopped after {output_tokens} tokens, before the limit "
-                          f"of {TRUNCATION_LIMIT}; truncation untested", rule="I10")  # fmt: skip
+        raise CheckFailed(
+            f"the model stopped after {output_tokens} tokens, before the limit "
+            f"of {TRUNCATION_LIMIT}; truncation untested",
+            rule="I10",
+        )
     if last != "response.incomplete":
-        raise CheckFailed(f"{output_tokens} tokens reached max_output_tokens but the stream "
-                          f"ended with {last}, expected response.incomplete",
-                          rule="I10", event=len(report.events) - 1)  # fmt: skip
+        raise CheckFailed(
+            f"{output_tokens} tokens reached max_output_tokens but the stream "
+            f"ended with {last}, expected response.incomplete",
+            rule="I10",
+            event=len(report.events) - 1,
+        )
     if (final.get("incomplete_details") or {}).get("reason") != "max_output_tokens":
         raise CheckFailed("incomplete_details.reason is not max_output_tokens", rule="I10")
     return "response.incomplete"
@@ -231,8 +257,11 @@ def check_previous_response(c: Checker) -> str:
         raise CheckSkipped("the server does not store responses (store: false)")
     stored = c.client.get(f"{c.base}/responses/{first['id']}", timeout=60)
     if stored.status_code != 200 or not same_response(stored.json(), first):
-        raise CheckFailed(f"GET /responses/{{id}} gave HTTP {stored.status_code} or a response "
-                          "other than the one created", rule="I12")  # fmt: skip
+        raise CheckFailed(
+            f"GET /responses/{{id}} gave HTTP {stored.status_code} or a response "
+            "other than the one created",
+            rule="I12",
+        )
     report = c.stream(c.body(input="What is my name?", previous_response_id=first["id"]))
     final = report.final or {}
     if final.get("previous_response_id") != first["id"]:
@@ -252,14 +281,21 @@ BAD_REQUESTS: list[tuple[str, bytes | dict[str, Any]]] = [
 def check_bad_requests(c: Checker) -> str:
     for label, body in BAD_REQUESTS:
         if isinstance(body, bytes):
-            r = c.client.post(f"{c.base}/responses", content=body,
-                              headers={"content-type": "application/json"}, timeout=60)  # fmt: skip
+            r = c.client.post(
+                f"{c.base}/responses",
+                content=body,
+                headers={"content-type": "application/json"},
+                timeout=60,
+            )
         else:
             r = c.post({"model": c.model, **body})
         if not 400 <= r.status_code < 500:
             raise CheckFailed(f"{label}: HTTP {r.status_code}, expected 4xx", rule="errors")
-        error = r.json().get("error") if r.headers.get("content-type", "").startswith(
-            "application/json") else None  # fmt: skip
+        error = (
+            r.json().get("error")
+            if r.headers.get("content-type", "").startswith("application/json")
+            else None
+        )
         if not isinstance(error, dict) or not {"message", "type"} <= set(error):
             raise CheckFailed(f"{label}: body is not an OpenAI error object", rule="errors")
     return f"{len(BAD_REQUESTS)} malformed requests rejected with 4xx"

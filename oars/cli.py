@@ -60,19 +60,43 @@ def _parser() -> argparse.ArgumentParser:
         help="context window of each sequence, in tokens",
     )
     serve.add_argument("--threads", type=int, default=None)
-    serve.add_argument("--parallel", type=int, default=_env_int("PARALLEL"),
-                       help="sequences decoded at once (default: 4, fewer past a 16k --ctx)")  # fmt: skip
-    serve.add_argument("--queue-depth", type=int, default=_env_int("QUEUE_DEPTH") or 64,
-                       help="requests that may wait for a sequence; past them, 429")  # fmt: skip
-    serve.add_argument("--prefill-chunk", type=int, default=256,
-                       help="prompt tokens fed per step (a step's pause for running streams)")  # fmt: skip
-    serve.add_argument("--prefix-cache-mb", type=int, default=_env_int("PREFIX_CACHE_MB") or 2048,
-                       help="disk kept for evaluated long prompts under OARS_HOME, all models (0: none)")  # fmt: skip
-    serve.add_argument("--prefix-cache-min-tokens", type=int, default=1024,
-                       help="the shortest prompt worth keeping on disk")  # fmt: skip
-    serve.add_argument("--gpu-layers", type=int, default=_env_int("GPU_LAYERS"),
-                       help="layers to offload to a GPU (-1: all; default: all when the engine "
-                       "was built with a GPU backend, `make serve GPU=cuda|metal|vulkan`)")  # fmt: skip
+    serve.add_argument(
+        "--parallel",
+        type=int,
+        default=_env_int("PARALLEL"),
+        help="sequences decoded at once (default: 4, fewer past a 16k --ctx)",
+    )
+    serve.add_argument(
+        "--queue-depth",
+        type=int,
+        default=_env_int("QUEUE_DEPTH") or 64,
+        help="requests that may wait for a sequence; past them, 429",
+    )
+    serve.add_argument(
+        "--prefill-chunk",
+        type=int,
+        default=256,
+        help="prompt tokens fed per step (a step's pause for running streams)",
+    )
+    serve.add_argument(
+        "--prefix-cache-mb",
+        type=int,
+        default=_env_int("PREFIX_CACHE_MB") or 2048,
+        help="disk kept for evaluated long prompts under OARS_HOME, all models (0: none)",
+    )
+    serve.add_argument(
+        "--prefix-cache-min-tokens",
+        type=int,
+        default=1024,
+        help="the shortest prompt worth keeping on disk",
+    )
+    serve.add_argument(
+        "--gpu-layers",
+        type=int,
+        default=_env_int("GPU_LAYERS"),
+        help="layers to offload to a GPU (-1: all; default: all when the engine "
+        "was built with a GPU backend, `make serve GPU=cuda|metal|vulkan`)",
+    )
     serve.add_argument(
         "--tool-format",
         choices=CALL_FORMATS,
@@ -115,9 +139,12 @@ def _parser() -> argparse.ArgumentParser:
         default=_env_int("MAX_CONCURRENT_PER_KEY"),
         help="unfinished responses one API key may have (429 + Retry-After past it)",
     )
-    serve.add_argument("--request-timeout", type=float,
-                       default=float(_env("REQUEST_TIMEOUT", "1800")),
-                       help="seconds a generation may run before it fails (default 1800; 0: none)")  # fmt: skip
+    serve.add_argument(
+        "--request-timeout",
+        type=float,
+        default=float(_env("REQUEST_TIMEOUT", "1800")),
+        help="seconds a generation may run before it fails (default 1800; 0: none)",
+    )
     serve.add_argument(
         "--api-key",
         action="append",
@@ -143,8 +170,12 @@ def _parser() -> argparse.ArgumentParser:
         help="serve beyond loopback without API keys (behind a proxy that checks callers)",
     )
     serve.add_argument("--log-level", default=_env("LOG_LEVEL", "info"))
-    serve.add_argument("--log-format", choices=("text", "json"), default=_env("LOG_FORMAT", "text"),
-                       help="text lines, or one JSON object per line")  # fmt: skip
+    serve.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default=_env("LOG_FORMAT", "text"),
+        help="text lines, or one JSON object per line",
+    )
     pull = sub.add_parser("pull", help="download and verify a model into the cache")
     pull.add_argument(
         "ref",
@@ -164,7 +195,7 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--max-tokens", type=int, default=48, help="max_output_tokens per request")
     validate = sub.add_parser("validate", help="check a saved SSE stream against the protocol")
     validate.add_argument("file", type=Path, help="the stream, as sent on the wire ('-' = stdin)")
-    return parser  # fmt: skip
+    return parser
 
 
 def _serve(args: argparse.Namespace) -> None:
@@ -194,14 +225,24 @@ def _serve(args: argparse.Namespace) -> None:
             path, model_id = pull(), model_id or DEFAULT_MODEL.name
         layers = gpu_layers(args.gpu_layers)
         engine = LlamaEngine(
-            Path(path), model_id=model_id, n_ctx=args.ctx, n_threads=args.threads,
-            tool_format=args.tool_format, n_gpu_layers=layers, parallel=args.parallel,
-            queue_depth=args.queue_depth, prefill_chunk=args.prefill_chunk,
-            prefix_folder=oars_home() / "prefixes", prefix_bytes=args.prefix_cache_mb * 2**20,
+            Path(path),
+            model_id=model_id,
+            n_ctx=args.ctx,
+            n_threads=args.threads,
+            tool_format=args.tool_format,
+            n_gpu_layers=layers,
+            parallel=args.parallel,
+            queue_depth=args.queue_depth,
+            prefill_chunk=args.prefill_chunk,
+            prefix_folder=oars_home() / "prefixes",
+            prefix_bytes=args.prefix_cache_mb * 2**20,
             prefix_min_tokens=args.prefix_cache_min_tokens,
-        )  # fmt: skip
-        print(f"oars: {engine.info.id}: {describe(layers)}, {engine.parallel} sequences of "
-              f"{args.ctx} tokens, {engine.queue_depth} may wait", flush=True)  # fmt: skip
+        )
+        print(
+            f"oars: {engine.info.id}: {describe(layers)}, {engine.parallel} sequences of "
+            f"{args.ctx} tokens, {engine.queue_depth} may wait",
+            flush=True,
+        )
         engines[engine.info.id] = engine
     for config in upstreams:
         if config.model in engines:
@@ -210,8 +251,12 @@ def _serve(args: argparse.Namespace) -> None:
     home = oars_home()
     spec = args.store or str(home / "oars.db")
     store = None if spec == "none" else SqlStore(spec)
-    service = ResponsesService(engines, default_temperature=args.temperature,
-                               sealer=Sealer.from_home(home), strict_models=bool(upstreams))  # fmt: skip
+    service = ResponsesService(
+        engines,
+        default_temperature=args.temperature,
+        sealer=Sealer.from_home(home),
+        strict_models=bool(upstreams),
+    )
     replica = args.replica or default_replica(args.port)
     public = [f"/{name.strip()}" for name in args.public.split(",") if name.strip()]
     limits = Limits(
@@ -220,11 +265,12 @@ def _serve(args: argparse.Namespace) -> None:
         concurrent_per_key=args.max_concurrent_per_key,
         request_timeout=args.request_timeout or None,
     )
-    app = create_app(service, store, replica=replica, limits=limits, api_keys=keys,
-                     public=public)  # fmt: skip
+    app = create_app(service, store, replica=replica, limits=limits, api_keys=keys, public=public)
     where = "nothing stored" if store is None else f"store {_redacted(spec)}, replica {replica}"
-    print(f"oars: serving {', '.join(engines)} on http://{args.host}:{args.port}/v1 ({where})",
-          flush=True)  # fmt: skip
+    print(
+        f"oars: serving {', '.join(engines)} on http://{args.host}:{args.port}/v1 ({where})",
+        flush=True,
+    )
     for config in upstreams:
         print(f"oars: {config.model} from {config.url}", flush=True)
     print(f"oars: {_access(args, keys)}", flush=True)
@@ -234,8 +280,15 @@ def _serve(args: argparse.Namespace) -> None:
     gc.freeze()
     # logging is set up above: uvicorn adds none of its own, and oars.access logs requests
     # a WebSocket frame may be as large as an HTTP body (a create with a long history)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level.lower(),
-                log_config=None, access_log=False, ws_max_size=limits.max_body_bytes)  # fmt: skip
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level.lower(),
+        log_config=None,
+        access_log=False,
+        ws_max_size=limits.max_body_bytes,
+    )
 
 
 def _api_keys(args: argparse.Namespace) -> list[str]:
@@ -248,8 +301,10 @@ def _api_keys(args: argparse.Namespace) -> list[str]:
             raise SetupError(f"--api-keys: {exc}") from exc
         keys += [line.split("#", 1)[0].strip() for line in lines if line.split("#", 1)[0].strip()]
     if not keys and not _loopback(args.host) and not args.allow_unauthenticated:
-        raise SetupError(f"no API keys: oars serves {args.host} only with --api-key (or "
-                         "OARS_API_KEYS, --api-keys FILE), or --allow-unauthenticated")  # fmt: skip
+        raise SetupError(
+            f"no API keys: oars serves {args.host} only with --api-key (or "
+            "OARS_API_KEYS, --api-keys FILE), or --allow-unauthenticated"
+        )
     return keys
 
 
@@ -279,8 +334,10 @@ def _model_file(model: str | None) -> Path | None:
     found = find(model)
     if found is None:
         names = ", ".join(m.name for m in cached()) or "none"
-        raise SetupError(f"--model {model!r} is neither a file nor a cached model "
-                         f"(cached: {names}; `oars pull URL` adds one)")  # fmt: skip
+        raise SetupError(
+            f"--model {model!r} is neither a file nor a cached model "
+            f"(cached: {names}; `oars pull URL` adds one)"
+        )
     return found
 
 
@@ -346,8 +403,11 @@ def _validate(args: argparse.Namespace) -> int:
 
     text = sys.stdin.read() if str(args.file) == "-" else args.file.read_text()
     report = validate_sse(text)
-    print(json.dumps({"ok": report.ok, "violations": [v.describe() for v in report.violations]},
-                     indent=2))  # fmt: skip
+    print(
+        json.dumps(
+            {"ok": report.ok, "violations": [v.describe() for v in report.violations]}, indent=2
+        )
+    )
     return 0 if report.ok else 1
 
 

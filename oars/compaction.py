@@ -55,8 +55,11 @@ def _text(content: Any) -> Any:
     if not isinstance(content, list):
         return content
     return "\n".join(
-        str(p.get("text", p.get("refusal", json.dumps(p, sort_keys=True)))) if isinstance(p, dict)
-        else json.dumps(p) for p in content)  # fmt: skip
+        str(p.get("text", p.get("refusal", json.dumps(p, sort_keys=True))))
+        if isinstance(p, dict)
+        else json.dumps(p)
+        for p in content
+    )
 
 
 @dataclass(frozen=True)
@@ -102,12 +105,16 @@ def place(items: Sequence[Item], opened: Mapping[int, Sealed]) -> Placement:
     for position in sorted(opened, reverse=True):
         superseded = position in hidden  # a later compaction summarized this one too
         sealed = opened[position]
-        covered = [j for j in range(position)
-                   if j not in hidden and fingerprint(items[j]) in sealed.covered]  # fmt: skip
+        covered = [
+            j
+            for j in range(position)
+            if j not in hidden and fingerprint(items[j]) in sealed.covered
+        ]
         hidden.update(covered)
         hidden.add(position)
         if not superseded:
             at = min(covered, default=position)
-            summaries[at] = sealed.summary if at not in summaries else (
-                f"{sealed.summary}\n\n{summaries[at]}")  # fmt: skip
+            summaries[at] = (
+                sealed.summary if at not in summaries else (f"{sealed.summary}\n\n{summaries[at]}")
+            )
     return Placement(frozenset(hidden), summaries)

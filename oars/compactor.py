@@ -62,10 +62,16 @@ async def compact(service: ResponsesService, model: str, items: Sequence[Json]) 
     """Summarize what `items` show the model; 400 when there is nothing to compact."""
     sealer = service.sealer
     if sealer is None:
-        raise InvalidRequest("This server has no key to seal a compaction with.", param=None,
-                             code="compaction_unavailable")  # fmt: skip
-    opened = {i: Sealed.open(item.get("encrypted_content"), sealer.unseal)
-              for i, item in enumerate(items) if item.get("type") in COMPACTION_TYPES}  # fmt: skip
+        raise InvalidRequest(
+            "This server has no key to seal a compaction with.",
+            param=None,
+            code="compaction_unavailable",
+        )
+    opened = {
+        i: Sealed.open(item.get("encrypted_content"), sealer.unseal)
+        for i, item in enumerate(items)
+        if item.get("type") in COMPACTION_TYPES
+    }
     placement = place(items, opened)
     entries: list[str] = []
     visible: list[Json] = []
@@ -78,15 +84,20 @@ async def compact(service: ResponsesService, model: str, items: Sequence[Json]) 
             if entry:
                 entries.append(entry)
     if not entries:
-        raise InvalidRequest("There is nothing to compact: the input holds no messages.",
-                             param="input")  # fmt: skip
+        raise InvalidRequest(
+            "There is nothing to compact: the input holds no messages.", param="input"
+        )
     kept = _kept(visible)
     summary, usage = await _summarize(service, model, entries)
     covered = {fingerprint(item) for item in items if not _said_by_people(item)}
     sealed = Sealed(summary, frozenset(covered)).seal(sealer.seal)
     item = {"id": new_id("cmp"), "type": "compaction", "encrypted_content": sealed}
-    log.info("compacted %d items into a %d-character summary, %d user messages kept",
-             len(items), len(summary), len(kept))  # fmt: skip
+    log.info(
+        "compacted %d items into a %d-character summary, %d user messages kept",
+        len(items),
+        len(summary),
+        len(kept),
+    )
     return Compacted(kept, item, usage)
 
 
@@ -117,8 +128,9 @@ def _text(content: Any) -> str:
         return content
     if not isinstance(content, list):
         return ""
-    return "\n".join(str(p.get("text", p.get("refusal", ""))) for p in content
-                     if isinstance(p, dict))  # fmt: skip
+    return "\n".join(
+        str(p.get("text", p.get("refusal", ""))) for p in content if isinstance(p, dict)
+    )
 
 
 def _squeeze(text: str) -> str:
@@ -174,8 +186,9 @@ def _entry(item: Json) -> str:
     return ""
 
 
-async def _summarize(service: ResponsesService, model: str, entries: list[str]
-                     ) -> tuple[str, dict[str, Any]]:  # fmt: skip
+async def _summarize(
+    service: ResponsesService, model: str, entries: list[str]
+) -> tuple[str, dict[str, Any]]:
     context = service.engine_for(model).info.context_length
     budget = min(TRANSCRIPT_TOKENS, (context or TRANSCRIPT_TOKENS) - SUMMARY_TOKENS - 64)
     chars = budget * 3
@@ -195,8 +208,14 @@ async def _summarize(service: ResponsesService, model: str, entries: list[str]
     response = run.builder.response
     if response["status"] == "failed":
         raise EngineError(f"the summary could not be written: {response['error']['message']}")
-    summary = _once("\n".join(part["text"] for item in response["output"]
-                              if item["type"] == "message" for part in item["content"]))  # fmt: skip
+    summary = _once(
+        "\n".join(
+            part["text"]
+            for item in response["output"]
+            if item["type"] == "message"
+            for part in item["content"]
+        )
+    )
     return summary or _cut("\n".join(entries), 4000), response["usage"]
 
 
@@ -214,10 +233,20 @@ def _fit(entries: list[str], chars: int) -> str:
 
 
 def _request(service: ResponsesService, model: str, transcript: str) -> ResponseRequest:
-    body = {"model": model, "instructions": INSTRUCTIONS, "temperature": 0, "store": False,
-            "repetition_penalty": 1.15,
-            "max_output_tokens": SUMMARY_TOKENS, "input": [{"role": "user", "content": (
-                f"The conversation so far:\n\n{transcript}\n\nWrite the summary now.")}]}  # fmt: skip
+    body = {
+        "model": model,
+        "instructions": INSTRUCTIONS,
+        "temperature": 0,
+        "store": False,
+        "repetition_penalty": 1.15,
+        "max_output_tokens": SUMMARY_TOKENS,
+        "input": [
+            {
+                "role": "user",
+                "content": (f"The conversation so far:\n\n{transcript}\n\nWrite the summary now."),
+            }
+        ],
+    }
     return normalize(body, served_model=service.default_model)
 
 
@@ -247,6 +276,5 @@ async def compact_history(service: ResponsesService, history: History) -> Histor
     compacted = await compact(service, request.model, earlier)
     whole = [*history.context, compacted.item]  # it hides the earlier items it covers
     rendered = replace(request.with_context(whole), compacted=compacted.item)
-    log.info("context of %d tokens compacted before generating (threshold %s)", tokens,
-             threshold)  # fmt: skip
+    log.info("context of %d tokens compacted before generating (threshold %s)", tokens, threshold)
     return replace(history, request=rendered, context=tuple(whole))

@@ -72,14 +72,17 @@ def pull_url(src: Source, *, quiet: bool = False) -> Path:
             break
         except (httpx.TransportError, _Cut) as exc:
             if attempt == _RETRIES - 1:
-                raise SetupError(f"downloading {src.url} failed: {exc} (run again to resume)"
-                                 ) from exc  # fmt: skip
+                raise SetupError(
+                    f"downloading {src.url} failed: {exc} (run again to resume)"
+                ) from exc
             time.sleep(min(8.0, 0.5 * 2**attempt))
     digest = _sha256(partial)
     if expected is not None and digest != expected:
         partial.unlink()
-        raise SetupError(f"{src.filename}: sha256 {digest} is not the expected {expected}; "
-                         "the download was deleted")  # fmt: skip
+        raise SetupError(
+            f"{src.filename}: sha256 {digest} is not the expected {expected}; "
+            "the download was deleted"
+        )
     os.replace(partial, target)
     return target
 

@@ -57,8 +57,15 @@ class ContextLengthExceeded(ClientError):
 class UpstreamRejected(ClientError):
     """An upstream engine refused the request as the client's fault (its 4xx, passed on)."""
 
-    def __init__(self, status: int, message: str, *, param: str | None = None,
-                 code: str | None = None, type: str = "invalid_request_error"):  # fmt: skip
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        type: str = "invalid_request_error",
+    ):
         super().__init__(message, param=param, code=code)
         self.status, self.type = status, type
 
@@ -69,8 +76,10 @@ class TooLarge(ClientError):
     status = 413
 
     def __init__(self, limit: int):
-        super().__init__(f"The request body is over this server's limit of {limit} bytes.",
-                         code="request_too_large")  # fmt: skip
+        super().__init__(
+            f"The request body is over this server's limit of {limit} bytes.",
+            code="request_too_large",
+        )
 
 
 class RateLimited(ClientError):
@@ -104,8 +113,14 @@ class StoreUnavailable(OarsError):
     status = 503
 
     def body(self) -> dict[str, Any]:
-        return {"error": {"message": str(self), "type": "server_error", "param": None,
-                          "code": "store_unavailable"}}  # fmt: skip
+        return {
+            "error": {
+                "message": str(self),
+                "type": "server_error",
+                "param": None,
+                "code": "store_unavailable",
+            }
+        }
 
 
 class EngineError(OarsError):

@@ -76,10 +76,12 @@ class Family:
     def parser(self, tools: ToolSet, *, in_reasoning: bool = False) -> OutputParser:
         """The parser for one reply that may call `tools`."""
         return output_parser(
-            think_tags=self.think_tags, in_reasoning=in_reasoning, tool_names=tools.names,
+            think_tags=self.think_tags,
+            in_reasoning=in_reasoning,
+            tool_names=tools.names,
             tool_format=self.calls,
             string_params={t.model_name: t.string_parameters for t in tools.callable},
-        )  # fmt: skip
+        )
 
     def starts_in_reasoning(self, prompt: str) -> bool:
         """The template opened the reasoning block itself (the output starts inside it)."""

@@ -31,16 +31,20 @@ class History:
         return [*self.new_input, *snapshot["output"]]
 
 
-async def resolve(request: ResponseRequest, store: Store | None,
-                  previous: Sequence[Json] | None = None) -> History:  # fmt: skip
+async def resolve(
+    request: ResponseRequest, store: Store | None, previous: Sequence[Json] | None = None
+) -> History:
     """The request with its whole context; 404 for an unknown response, conversation or item.
 
     `previous`: the previous response's context when the caller already holds it (a WebSocket
     keeps its last response's); otherwise it is read from the store."""
     earlier: list[Json] = []
     if request.previous_response_id is not None:
-        earlier = (list(previous) if previous is not None
-                   else await _previous(request.previous_response_id, store))  # fmt: skip
+        earlier = (
+            list(previous)
+            if previous is not None
+            else await _previous(request.previous_response_id, store)
+        )
     conversation: list[Json] = []
     if request.conversation_id is not None:
         conversation = await _conversation(request.conversation_id, store)
@@ -49,13 +53,17 @@ async def resolve(request: ResponseRequest, store: Store | None,
     context = [*conversation, *stored]
     if earlier or conversation:
         _check_answers(context, new_input)
-    rendered = request.with_context(context) if earlier or conversation or (
-        new_input != request.input_items) else request  # fmt: skip
+    rendered = (
+        request.with_context(context)
+        if earlier or conversation or (new_input != request.input_items)
+        else request
+    )
     return History(rendered, stored, new_input, request.conversation_id, tuple(context))
 
 
-async def items_of(previous_response_id: str | None, items: Sequence[Json],
-                   store: Store | None) -> list[Json]:  # fmt: skip
+async def items_of(
+    previous_response_id: str | None, items: Sequence[Json], store: Store | None
+) -> list[Json]:
     """A previous response's context followed by these items (references resolved)."""
     earlier = [] if previous_response_id is None else await _previous(previous_response_id, store)
     return [*earlier, *await _references(items, store)]
@@ -71,23 +79,30 @@ def _check_answers(context: Sequence[Json], new_input: Sequence[Json]) -> None:
     made = {item.get("call_id") for item in context if item.get("type") in _CALLS}
     for position, item in enumerate(new_input):
         if item.get("type") in _ANSWERS and item.get("call_id") not in made:
-            raise InvalidRequest(f"No tool call found for the tool output with call_id "
-                                 f"{item.get('call_id')!r}.", param=f"input[{position}].call_id")  # fmt: skip
+            raise InvalidRequest(
+                f"No tool call found for the tool output with call_id {item.get('call_id')!r}.",
+                param=f"input[{position}].call_id",
+            )
 
 
 def _no_store(param: str, what: str, code: str = "not_found") -> NotFound:
-    return NotFound(f"{what} not found: this server keeps no stored state.", param=param,
-                    code=code)  # fmt: skip
+    return NotFound(f"{what} not found: this server keeps no stored state.", param=param, code=code)
 
 
 async def _previous(response_id: str, store: Store | None) -> list[Json]:
     if store is None:
-        raise _no_store("previous_response_id", f"Previous response with id '{response_id}'",
-                        "previous_response_not_found")  # fmt: skip
+        raise _no_store(
+            "previous_response_id",
+            f"Previous response with id '{response_id}'",
+            "previous_response_not_found",
+        )
     context = await store.context(response_id)
     if context is None:
-        raise NotFound(f"Previous response with id '{response_id}' not found.",
-                       param="previous_response_id", code="previous_response_not_found")  # fmt: skip
+        raise NotFound(
+            f"Previous response with id '{response_id}' not found.",
+            param="previous_response_id",
+            code="previous_response_not_found",
+        )
     return context
 
 
@@ -96,8 +111,7 @@ async def _conversation(conversation_id: str, store: Store | None) -> list[Json]
         raise _no_store("conversation", f"Conversation with id '{conversation_id}'")
     page = await store.conversation_items(conversation_id)
     if page is None:
-        raise NotFound(f"Conversation with id '{conversation_id}' not found.",
-                       param="conversation")  # fmt: skip
+        raise NotFound(f"Conversation with id '{conversation_id}' not found.", param="conversation")
     return page.items
 
 
@@ -113,6 +127,5 @@ async def _references(items: Sequence[Json], store: Store | None) -> tuple[Json,
         elif item["id"] in found:
             resolved.append(found[item["id"]])
         else:
-            raise NotFound(f"Item with id '{item['id']}' not found.",
-                           param=f"input[{position}].id")  # fmt: skip
+            raise NotFound(f"Item with id '{item['id']}' not found.", param=f"input[{position}].id")
     return tuple(resolved)

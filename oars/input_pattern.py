@@ -119,8 +119,9 @@ def _order(rules: dict[str, Node], roots: list[str]) -> list[str]:
         stack.append((name, True))
         for ref in refs(rules[name]):
             if state.get(ref) == "open":
-                raise Unsupported(f"'{ref}' refers to itself, which no regular expression can "
-                                  "describe")  # fmt: skip
+                raise Unsupported(
+                    f"'{ref}' refers to itself, which no regular expression can describe"
+                )
             if is_terminal(name) and not is_terminal(ref):
                 raise Unsupported(f"the terminal {name} uses the rule '{ref}'")
             if state.get(ref) != "done":

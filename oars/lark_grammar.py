@@ -13,19 +13,32 @@ MAX_DEPTH = 64  # parentheses and brackets nested in one rule
 
 # Lark's common terminals, as llguidance defines them.
 _COMMON = {
-    "DIGIT": r"[0-9]", "HEXDIGIT": r"[a-fA-F0-9]", "INT": r"[0-9]+",
-    "SIGNED_INT": r"(\+|-)?[0-9]+", "DECIMAL": r"([0-9]+\.[0-9]*)|(\.[0-9]+)",
+    "DIGIT": r"[0-9]",
+    "HEXDIGIT": r"[a-fA-F0-9]",
+    "INT": r"[0-9]+",
+    "SIGNED_INT": r"(\+|-)?[0-9]+",
+    "DECIMAL": r"([0-9]+\.[0-9]*)|(\.[0-9]+)",
     "_EXP": r"[eE](\+|-)?[0-9]+",
     "FLOAT": r"([0-9]+\.[0-9]*|\.[0-9]+)([eE](\+|-)?[0-9]+)?|[0-9]+[eE](\+|-)?[0-9]+",
     "SIGNED_FLOAT": r"(\+|-)?(([0-9]+\.[0-9]*|\.[0-9]+)([eE](\+|-)?[0-9]+)?|[0-9]+[eE](\+|-)?[0-9]+)",
     "NUMBER": r"([0-9]+)|([0-9]+\.[0-9]*|\.[0-9]+)([eE](\+|-)?[0-9]+)?|[0-9]+[eE](\+|-)?[0-9]+",
     "SIGNED_NUMBER": r"(\+|-)?(([0-9]+)|([0-9]+\.[0-9]*|\.[0-9]+)([eE](\+|-)?[0-9]+)?|[0-9]+[eE](\+|-)?[0-9]+)",
-    "ESCAPED_STRING": r"\"([^\"\\]|\\.)*\"", "LCASE_LETTER": r"[a-z]", "UCASE_LETTER": r"[A-Z]",
-    "LETTER": r"[A-Za-z]", "WORD": r"[A-Za-z]+", "CNAME": r"[_A-Za-z][_A-Za-z0-9]*",
-    "WS_INLINE": r"[ \t]+", "WS": r"[ \t\f\r\n]+", "CR": r"\r", "LF": r"\n",
-    "NEWLINE": r"(\r?\n)+", "SH_COMMENT": r"#[^\n]*", "CPP_COMMENT": r"//[^\n]*",
-    "C_COMMENT": r"\/\*[^*]*\*+(?:[^/*][^*]*\*+)*\/", "SQL_COMMENT": r"--[^\n]*",
-}  # fmt: skip
+    "ESCAPED_STRING": r"\"([^\"\\]|\\.)*\"",
+    "LCASE_LETTER": r"[a-z]",
+    "UCASE_LETTER": r"[A-Z]",
+    "LETTER": r"[A-Za-z]",
+    "WORD": r"[A-Za-z]+",
+    "CNAME": r"[_A-Za-z][_A-Za-z0-9]*",
+    "WS_INLINE": r"[ \t]+",
+    "WS": r"[ \t\f\r\n]+",
+    "CR": r"\r",
+    "LF": r"\n",
+    "NEWLINE": r"(\r?\n)+",
+    "SH_COMMENT": r"#[^\n]*",
+    "CPP_COMMENT": r"//[^\n]*",
+    "C_COMMENT": r"\/\*[^*]*\*+(?:[^/*][^*]*\*+)*\/",
+    "SQL_COMMENT": r"--[^\n]*",
+}
 
 
 class Unsupported(ValueError):
@@ -167,8 +180,9 @@ class _Parser:
         taken = self.take(kind, text)
         if taken is None:
             found = self.peek()
-            raise Unsupported(f"expected {text or kind}, found "
-                              f"{found.text if found else 'the end'!r}")  # fmt: skip
+            raise Unsupported(
+                f"expected {text or kind}, found {found.text if found else 'the end'!r}"
+            )
         return taken
 
     def definition(self) -> tuple[str, Node]:

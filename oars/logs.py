@@ -15,8 +15,18 @@ import time
 
 request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
 
-FIELDS = ("response_id", "model", "status", "method", "path", "input_tokens", "cached_tokens",
-          "output_tokens", "duration_ms", "ttft_ms")  # fmt: skip
+FIELDS = (
+    "response_id",
+    "model",
+    "status",
+    "method",
+    "path",
+    "input_tokens",
+    "cached_tokens",
+    "output_tokens",
+    "duration_ms",
+    "ttft_ms",
+)
 FORMATS = ("text", "json")
 
 

@@ -141,8 +141,9 @@ class TokenClock:
         self.last = now
 
 
-def _counter(name: str, doc: str, label_names: Sequence[str],
-             values: dict[Labels, int]) -> CounterMetricFamily:  # fmt: skip
+def _counter(
+    name: str, doc: str, label_names: Sequence[str], values: dict[Labels, int]
+) -> CounterMetricFamily:
     family = CounterMetricFamily(name, doc, labels=label_names)
     for labels, value in values.items():
         family.add_metric(list(labels), value)
@@ -155,39 +156,76 @@ class _Collector:
 
     def collect(self) -> Iterator[Metric]:
         m = self.m
-        yield _counter("oars_requests", "HTTP requests by route and status.",
-                       ["method", "route", "status"], m.requests)  # fmt: skip
-        yield m.request_seconds.family("oars_request_duration_seconds",
-                                       "Time to the end of an HTTP response (a stream's last byte).",
-                                       ["method", "route"])  # fmt: skip
-        yield _counter("oars_responses", "Responses by the status they ended with.",
-                       ["model", "status"], m.responses)  # fmt: skip
-        yield _counter("oars_tokens", "Input, cached input and output tokens of ended responses.",
-                       ["model", "kind"], m.tokens)  # fmt: skip
-        yield m.first_token_seconds.family("oars_time_to_first_token_seconds",
-                                           "From accepting a request to its first output token.",
-                                           ["model"])  # fmt: skip
-        yield m.token_gap_seconds.family("oars_inter_token_latency_seconds",
-                                         "Time between output tokens of one response.", ["model"])  # fmt: skip
-        yield m.store_seconds.family("oars_store_duration_seconds",
-                                     "Time of one store operation.", ["operation"])  # fmt: skip
-        yield m.upstream_seconds.family("oars_upstream_first_byte_seconds",
-                                        "From sending a request upstream to its response headers.",
-                                        ["model"])  # fmt: skip
-        yield _counter("oars_upstream_errors", "Upstream requests that failed before answering.",
-                       ["model", "code"], m.upstream_errors)  # fmt: skip
-        yield _counter("oars_compactions", "Histories compacted, by how it was asked for.",
-                       ["model", "how"], m.compactions)  # fmt: skip
-        yield _counter("oars_websockets", "WebSocket connections accepted on /v1/responses.", [],
-                       m.sockets)  # fmt: skip
-        yield _counter("oars_websocket_requests", "Frames sent on WebSockets, by outcome: a "
-                       "response ran, or an error frame answered.", ["outcome"],
-                       m.socket_requests)  # fmt: skip
-        running = GaugeMetricFamily("oars_generations_running", "Generations producing tokens.",
-                                    labels=["model"])  # fmt: skip
-        queued = GaugeMetricFamily("oars_generations_queued",
-                                   "Generations accepted and waiting for the engine.",
-                                   labels=["model"])  # fmt: skip
+        yield _counter(
+            "oars_requests",
+            "HTTP requests by route and status.",
+            ["method", "route", "status"],
+            m.requests,
+        )
+        yield m.request_seconds.family(
+            "oars_request_duration_seconds",
+            "Time to the end of an HTTP response (a stream's last byte).",
+            ["method", "route"],
+        )
+        yield _counter(
+            "oars_responses",
+            "Responses by the status they ended with.",
+            ["model", "status"],
+            m.responses,
+        )
+        yield _counter(
+            "oars_tokens",
+            "Input, cached input and output tokens of ended responses.",
+            ["model", "kind"],
+            m.tokens,
+        )
+        yield m.first_token_seconds.family(
+            "oars_time_to_first_token_seconds",
+            "From accepting a request to its first output token.",
+            ["model"],
+        )
+        yield m.token_gap_seconds.family(
+            "oars_inter_token_latency_seconds",
+            "Time between output tokens of one response.",
+            ["model"],
+        )
+        yield m.store_seconds.family(
+            "oars_store_duration_seconds", "Time of one store operation.", ["operation"]
+        )
+        yield m.upstream_seconds.family(
+            "oars_upstream_first_byte_seconds",
+            "From sending a request upstream to its response headers.",
+            ["model"],
+        )
+        yield _counter(
+            "oars_upstream_errors",
+            "Upstream requests that failed before answering.",
+            ["model", "code"],
+            m.upstream_errors,
+        )
+        yield _counter(
+            "oars_compactions",
+            "Histories compacted, by how it was asked for.",
+            ["model", "how"],
+            m.compactions,
+        )
+        yield _counter(
+            "oars_websockets", "WebSocket connections accepted on /v1/responses.", [], m.sockets
+        )
+        yield _counter(
+            "oars_websocket_requests",
+            "Frames sent on WebSockets, by outcome: a response ran, or an error frame answered.",
+            ["outcome"],
+            m.socket_requests,
+        )
+        running = GaugeMetricFamily(
+            "oars_generations_running", "Generations producing tokens.", labels=["model"]
+        )
+        queued = GaugeMetricFamily(
+            "oars_generations_queued",
+            "Generations accepted and waiting for the engine.",
+            labels=["model"],
+        )
         for model, (now, waiting) in (m.load() if m.load else {}).items():
             running.add_metric([model], now)
             queued.add_metric([model], waiting)

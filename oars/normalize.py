@@ -86,8 +86,14 @@ def _fail(message: str, param: str, code: str = "invalid_value") -> InvalidReque
     return InvalidRequest(message, param=param, code=code)
 
 
-_KIND_NAMES = {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
-               int: "an integer", float: "a number"}  # fmt: skip
+_KIND_NAMES = {
+    dict: "an object",
+    list: "an array",
+    str: "a string",
+    bool: "a boolean",
+    int: "an integer",
+    float: "a number",
+}
 
 
 def _type_name(value: Any) -> str:
@@ -175,8 +181,11 @@ def _message(item: Mapping[str, Any], param: str) -> ChatMessage:
             f"{param}.role",
         )
     if "content" not in item:
-        raise _fail(f"Missing required parameter: '{param}.content'.", f"{param}.content",
-                    "missing_required_parameter")  # fmt: skip
+        raise _fail(
+            f"Missing required parameter: '{param}.content'.",
+            f"{param}.content",
+            "missing_required_parameter",
+        )
     text = _content_text(item["content"], f"{param}.content")
     return ChatMessage(role="system" if role == "developer" else role, content=text)
 
@@ -188,15 +197,21 @@ def _function_call(item: Mapping[str, Any], param: str) -> ChatMessage:
         parsed: Any = json.loads(arguments) if arguments.strip() else {}
     except json.JSONDecodeError:
         parsed = arguments  # templates get what the model wrote; never fail a replay on it
-    call = {"type": "function", "id": item.get("call_id"), "function": {"name": name,
-            "arguments": parsed}}  # fmt: skip
+    call = {
+        "type": "function",
+        "id": item.get("call_id"),
+        "function": {"name": name, "arguments": parsed},
+    }
     return ChatMessage(role="assistant", content="", tool_calls=(call,))
 
 
 def _custom_tool_call(item: Mapping[str, Any], param: str) -> ChatMessage:
     name = _text_field(item, "name", param)
-    call = {"type": "function", "id": item.get("call_id"), "function": {"name": name,
-            "arguments": {"input": _text_field(item, "input", param)}}}  # fmt: skip
+    call = {
+        "type": "function",
+        "id": item.get("call_id"),
+        "function": {"name": name, "arguments": {"input": _text_field(item, "input", param)}},
+    }
     return ChatMessage(role="assistant", content="", tool_calls=(call,))
 
 
@@ -210,8 +225,9 @@ def _items(raw: Any, unseal: Unseal | None = None) -> list[ChatMessage]:
     if isinstance(raw, str):
         return [ChatMessage(role="user", content=raw)]
     if not isinstance(raw, list):
-        raise _fail("Invalid 'input': expected a string or an array of items.", "input",
-                    "invalid_type")  # fmt: skip
+        raise _fail(
+            "Invalid 'input': expected a string or an array of items.", "input", "invalid_type"
+        )
     messages: list[ChatMessage] = []
     reasoning = ""  # goes with the next assistant turn
     for i, item in enumerate(raw):
@@ -219,8 +235,9 @@ def _items(raw: Any, unseal: Unseal | None = None) -> list[ChatMessage]:
         if not isinstance(item, dict):
             raise _fail(f"Invalid '{param}': expected an object.", param, "invalid_type")
         if not isinstance(item.get("type", "message"), str):
-            raise _fail(f"Invalid '{param}.type': expected a string.", f"{param}.type",
-                        "invalid_type")  # fmt: skip
+            raise _fail(
+                f"Invalid '{param}.type': expected a string.", f"{param}.type", "invalid_type"
+            )
     placement = place(raw, _compactions(raw, unseal))
     for i, item in enumerate(raw):
         param = f"input[{i}]"
@@ -254,9 +271,12 @@ def _compactions(raw: list[Any], unseal: Unseal | None) -> dict[int, Sealed]:
             try:
                 opened[i] = Sealed.open(item.get("encrypted_content"), unseal)
             except ValueError as exc:
-                raise _fail(f"Invalid 'input[{i}].encrypted_content': it is not a compaction "
-                            "made by this server, or it was altered.",
-                            f"input[{i}].encrypted_content", "invalid_encrypted_content") from exc  # fmt: skip
+                raise _fail(
+                    f"Invalid 'input[{i}].encrypted_content': it is not a compaction "
+                    "made by this server, or it was altered.",
+                    f"input[{i}].encrypted_content",
+                    "invalid_encrypted_content",
+                ) from exc
     return opened
 
 
@@ -268,18 +288,33 @@ def _reasoning_text(item: Mapping[str, Any], param: str, unseal: Unseal | None) 
         try:
             return unseal(sealed)
         except ValueError as exc:
-            raise _fail(f"Invalid '{param}.encrypted_content': it was not made by this server "
-                        "or was altered.", f"{param}.encrypted_content",
-                        "invalid_encrypted_content") from exc  # fmt: skip
+            raise _fail(
+                f"Invalid '{param}.encrypted_content': it was not made by this server "
+                "or was altered.",
+                f"{param}.encrypted_content",
+                "invalid_encrypted_content",
+            ) from exc
     content = item.get("content")
     parts = content if isinstance(content, list) else []
-    return "".join(p["text"] for p in parts if isinstance(p, dict) and p.get("type") ==
-                   "reasoning_text" and isinstance(p.get("text"), str))  # fmt: skip
+    return "".join(
+        p["text"]
+        for p in parts
+        if isinstance(p, dict)
+        and p.get("type") == "reasoning_text"
+        and isinstance(p.get("text"), str)
+    )
 
 
-_ITEM_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco",
-                "custom_tool_call": "ctc", "custom_tool_call_output": "ctco", "reasoning": "rs",
-                "compaction": "cmp", "compaction_summary": "cmp"}  # fmt: skip
+_ITEM_PREFIX = {
+    "message": "msg",
+    "function_call": "fc",
+    "function_call_output": "fco",
+    "custom_tool_call": "ctc",
+    "custom_tool_call_output": "ctco",
+    "reasoning": "rs",
+    "compaction": "cmp",
+    "compaction_summary": "cmp",
+}
 
 
 def canonical_input(raw: Any) -> tuple[dict[str, Any], ...]:
@@ -292,15 +327,20 @@ def canonical_input(raw: Any) -> tuple[dict[str, Any], ...]:
         item = {"type": "message", **raw_item}
         kind = item["type"]
         if item.get("id") is not None and not is_id(item["id"]):
-            raise _fail(f"Invalid 'input[{i}].id': expected a string of 1 to 200 characters.",
-                        f"input[{i}].id")  # fmt: skip
+            raise _fail(
+                f"Invalid 'input[{i}].id': expected a string of 1 to 200 characters.",
+                f"input[{i}].id",
+            )
         if kind == "item_reference":
             out.append({"type": "item_reference", "id": item["id"]})
             continue
         if kind == "message" and isinstance(item.get("content"), str):
             text = item["content"]
-            part = ({"type": "output_text", "text": text, "annotations": []}
-                    if item["role"] == "assistant" else {"type": "input_text", "text": text})  # fmt: skip
+            part = (
+                {"type": "output_text", "text": text, "annotations": []}
+                if item["role"] == "assistant"
+                else {"type": "input_text", "text": text}
+            )
             item["content"] = [part]
         if item.get("id") is None:
             item = {**item, "id": new_id(_ITEM_PREFIX.get(kind, "item"))}
@@ -362,25 +402,35 @@ def _text_format(body: Mapping[str, Any]) -> tuple[dict[str, Any], OutputFormat 
         echo = _json_schema_format(fmt)
         output = OutputFormat(echo["schema"], name=echo["name"], strict=echo["strict"])
         return {"format": echo, "verbosity": verbosity}, output
-    raise _fail(f"Invalid 'text.format.type': {kind!r}; expected text, json_schema or "
-                "json_object.", "text.format.type")  # fmt: skip
+    raise _fail(
+        f"Invalid 'text.format.type': {kind!r}; expected text, json_schema or json_object.",
+        "text.format.type",
+    )
 
 
 def _json_schema_format(fmt: Mapping[str, Any]) -> dict[str, Any]:
     name = fmt.get("name")
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name):
-        raise _fail("Invalid 'text.format.name': 1-64 letters, digits, '_' or '-'.",
-                    "text.format.name")  # fmt: skip
+        raise _fail(
+            "Invalid 'text.format.name': 1-64 letters, digits, '_' or '-'.", "text.format.name"
+        )
     schema = fmt.get("schema")
     if not isinstance(schema, dict):
-        raise _fail("Missing or invalid 'text.format.schema': expected a JSON Schema object.",
-                    "text.format.schema")  # fmt: skip
+        raise _fail(
+            "Missing or invalid 'text.format.schema': expected a JSON Schema object.",
+            "text.format.schema",
+        )
     strict = fmt.get("strict")
     if strict is not None and not isinstance(strict, bool):
         raise _fail("Invalid 'text.format.strict': expected a boolean.", "text.format.strict")
     description = fmt.get("description")
-    return {"type": "json_schema", "name": name, "schema": schema, "strict": strict,
-            "description": description}  # fmt: skip
+    return {
+        "type": "json_schema",
+        "name": name,
+        "schema": schema,
+        "strict": strict,
+        "description": description,
+    }
 
 
 _EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
@@ -391,11 +441,15 @@ def _reasoning(body: Mapping[str, Any]) -> dict[str, Any]:
     reasoning = _get(body, "reasoning", (dict,), "reasoning") or {}
     effort, summary = reasoning.get("effort"), reasoning.get("summary")
     if effort is not None and effort not in _EFFORTS:
-        raise _fail(f"Invalid 'reasoning.effort': expected one of {', '.join(_EFFORTS)}.",
-                    "reasoning.effort")  # fmt: skip
+        raise _fail(
+            f"Invalid 'reasoning.effort': expected one of {', '.join(_EFFORTS)}.",
+            "reasoning.effort",
+        )
     if summary is not None and summary not in _SUMMARIES:
-        raise _fail(f"Invalid 'reasoning.summary': expected one of {', '.join(_SUMMARIES)}.",
-                    "reasoning.summary")  # fmt: skip
+        raise _fail(
+            f"Invalid 'reasoning.summary': expected one of {', '.join(_SUMMARIES)}.",
+            "reasoning.summary",
+        )
     return {"effort": effort, "summary": summary}
 
 
@@ -428,8 +482,10 @@ def _metadata(body: Mapping[str, Any]) -> dict[str, str]:
         raise _fail("Invalid 'metadata': at most 16 keys.", "metadata")
     for key, value in metadata.items():
         if len(key) > 64 or not isinstance(value, str) or len(value) > 512:
-            raise _fail(f"Invalid 'metadata.{key}': keys up to 64 characters, string values "
-                        "up to 512.", f"metadata.{key}")  # fmt: skip
+            raise _fail(
+                f"Invalid 'metadata.{key}': keys up to 64 characters, string values up to 512.",
+                f"metadata.{key}",
+            )
     return dict(metadata)
 
 
@@ -475,8 +531,10 @@ def _state(body: Mapping[str, Any], can_store: bool) -> _State:
     store = can_store if store is None else store and can_store
     background = bool(_get(body, "background", (bool,), "background"))
     if background and not store:
-        raise _fail("'background' requires 'store' to be true (and a server that stores "
-                    "responses).", "background")  # fmt: skip
+        raise _fail(
+            "'background' requires 'store' to be true (and a server that stores responses).",
+            "background",
+        )
     previous = _get(body, "previous_response_id", (str,), "previous_response_id")
     conversation = _get(body, "conversation", (str, dict), "conversation")
     if isinstance(conversation, dict):
@@ -484,11 +542,15 @@ def _state(body: Mapping[str, Any], can_store: bool) -> _State:
         if not isinstance(conversation, str):
             raise _fail("Invalid 'conversation.id': expected a string.", "conversation.id")
     if previous is not None and conversation is not None:
-        raise _fail("'previous_response_id' and 'conversation' cannot be used together.",
-                    "conversation")  # fmt: skip
+        raise _fail(
+            "'previous_response_id' and 'conversation' cannot be used together.", "conversation"
+        )
     if previous is not None and not is_id(previous):
-        raise NotFound(f"Previous response with id {previous!r} not found.",
-                       param="previous_response_id", code="previous_response_not_found")  # fmt: skip
+        raise NotFound(
+            f"Previous response with id {previous!r} not found.",
+            param="previous_response_id",
+            code="previous_response_not_found",
+        )
     if conversation is not None and not is_id(conversation):
         raise NotFound(f"Conversation with id {conversation!r} not found.", param="conversation")
     return _State(store, background, previous, conversation)
@@ -506,8 +568,11 @@ def _check_forced(toolset: ToolSet, output: OutputFormat | None, stop: tuple[str
     if forced and output is not None:
         raise _fail("A forced tool call cannot also follow 'text.format'.", "tool_choice")
     if stop and (forced or output is not None):
-        raise _fail("'stop' cannot be combined with a JSON 'text.format' or a forced tool call: "
-                    "a stop sequence could cut the output before it is valid.", "stop")  # fmt: skip
+        raise _fail(
+            "'stop' cannot be combined with a JSON 'text.format' or a forced tool call: "
+            "a stop sequence could cut the output before it is valid.",
+            "stop",
+        )
 
 
 _TRUNCATIONS = ("auto", "disabled")
@@ -523,8 +588,14 @@ def _choice(body: Mapping[str, Any], key: str, allowed: tuple[str, ...], default
     return str(value)
 
 
-def normalize(body: Any, *, served_model: str, default_temperature: float = 1.0,
-              can_store: bool = False, unseal: Unseal | None = None) -> ResponseRequest:  # fmt: skip
+def normalize(
+    body: Any,
+    *,
+    served_model: str,
+    default_temperature: float = 1.0,
+    can_store: bool = False,
+    unseal: Unseal | None = None,
+) -> ResponseRequest:
     """Validate a `POST /v1/responses` body; raise `InvalidRequest` naming the bad parameter.
 
     `can_store`: the server keeps responses (then `store` defaults to true). History is not
@@ -535,14 +606,19 @@ def normalize(body: Any, *, served_model: str, default_temperature: float = 1.0,
     state = _state(body, can_store)
     model = _get(body, "model", (str,), "model") or served_model
     if len(model) > MAX_MODEL_NAME:
-        raise _fail(f"Invalid 'model': a model name is at most {MAX_MODEL_NAME} characters.",
-                    "model")  # fmt: skip
+        raise _fail(
+            f"Invalid 'model': a model name is at most {MAX_MODEL_NAME} characters.", "model"
+        )
     instructions = _get(body, "instructions", (str,), "instructions")
     if body.get("input") is None:
         raise _fail("Missing required parameter: 'input'.", "input", "missing_required_parameter")
     if isinstance(body["input"], list) and len(body["input"]) > MAX_INPUT_ITEMS:
-        raise _fail(f"Invalid 'input': {len(body['input'])} items; at most {MAX_INPUT_ITEMS} "
-                    "are allowed in one request.", "input", "too_many_items")  # fmt: skip
+        raise _fail(
+            f"Invalid 'input': {len(body['input'])} items; at most {MAX_INPUT_ITEMS} "
+            "are allowed in one request.",
+            "input",
+            "too_many_items",
+        )
     messages = _with_system(_items(body["input"], unseal), instructions)
     with_history = state.previous_response_id is not None or state.conversation_id is not None
     trigger = _trigger(body["input"])
@@ -550,8 +626,11 @@ def normalize(body: Any, *, served_model: str, default_temperature: float = 1.0,
         raise _fail("Invalid 'input': it holds no message to respond to.", "input")
     wire_tools = _get(body, "tools", (list,), "tools") or []
     if len(wire_tools) > MAX_TOOLS:
-        raise _fail(f"Invalid 'tools': {len(wire_tools)} tools; at most {MAX_TOOLS} are allowed.",
-                    "tools", "too_many_tools")  # fmt: skip
+        raise _fail(
+            f"Invalid 'tools': {len(wire_tools)} tools; at most {MAX_TOOLS} are allowed.",
+            "tools",
+            "too_many_tools",
+        )
     tool_choice = body.get("tool_choice", "auto")
     toolset = resolve(parse_tools(wire_tools), tool_choice)
     parallel = _get(body, "parallel_tool_calls", (bool,), "parallel_tool_calls")
@@ -601,14 +680,24 @@ def normalize(body: Any, *, served_model: str, default_temperature: float = 1.0,
         echo["conversation"] = {"id": state.conversation_id}
     stream = _get(body, "stream", (bool,), "stream") or False
     return ResponseRequest(
-        model, stream, engine, echo, include_logprobs, toolset, parallel,
-        input_items=canonical_input(body["input"]), instructions=instructions,
-        store=state.store, background=state.background,
-        previous_response_id=state.previous_response_id, conversation_id=state.conversation_id,
-        include_encrypted_reasoning=ENCRYPTED_REASONING in include, unseal=unseal,
+        model,
+        stream,
+        engine,
+        echo,
+        include_logprobs,
+        toolset,
+        parallel,
+        input_items=canonical_input(body["input"]),
+        instructions=instructions,
+        store=state.store,
+        background=state.background,
+        previous_response_id=state.previous_response_id,
+        conversation_id=state.conversation_id,
+        include_encrypted_reasoning=ENCRYPTED_REASONING in include,
+        unseal=unseal,
         compaction=Compaction(now=True) if trigger else _compaction(body),
         generate=not trigger and _get(body, "generate", (bool,), "generate") is not False,
-    )  # fmt: skip
+    )
 
 
 def _trigger(raw: Any) -> bool:
@@ -633,13 +722,18 @@ def _compaction(body: Mapping[str, Any]) -> Compaction | None:
         if not isinstance(entry, dict):
             raise _fail(f"Invalid '{p}': expected an object.", p, "invalid_type")
         if entry.get("type") != "compaction":
-            raise _fail(f"Invalid '{p}.type': {entry.get('type')!r}; only 'compaction' is "
-                        "supported.", f"{p}.type")  # fmt: skip
+            raise _fail(
+                f"Invalid '{p}.type': {entry.get('type')!r}; only 'compaction' is supported.",
+                f"{p}.type",
+            )
         threshold = entry.get("compact_threshold")
-        if threshold is not None and (not isinstance(threshold, int) or isinstance(
-                threshold, bool) or threshold < 1000):  # fmt: skip
-            raise _fail(f"Invalid '{p}.compact_threshold': expected an integer of at least 1000 "
-                        "(tokens).", f"{p}.compact_threshold")  # fmt: skip
+        if threshold is not None and (
+            not isinstance(threshold, int) or isinstance(threshold, bool) or threshold < 1000
+        ):
+            raise _fail(
+                f"Invalid '{p}.compact_threshold': expected an integer of at least 1000 (tokens).",
+                f"{p}.compact_threshold",
+            )
         found = Compaction(threshold)
     return found
 
@@ -666,21 +760,32 @@ def normalize_compact(body: Any, *, unseal: Unseal | None = None) -> CompactRequ
     previous = _get(body, "previous_response_id", (str,), "previous_response_id")
     raw = body.get("input")
     if raw is None and previous is None:
-        raise _fail("Missing required parameter: 'input' (or 'previous_response_id').", "input",
-                    "missing_required_parameter")  # fmt: skip
+        raise _fail(
+            "Missing required parameter: 'input' (or 'previous_response_id').",
+            "input",
+            "missing_required_parameter",
+        )
     if isinstance(raw, list) and len(raw) > MAX_INPUT_ITEMS:
-        raise _fail(f"Invalid 'input': {len(raw)} items; at most {MAX_INPUT_ITEMS} are allowed "
-                    "in one request.", "input", "too_many_items")  # fmt: skip
+        raise _fail(
+            f"Invalid 'input': {len(raw)} items; at most {MAX_INPUT_ITEMS} are allowed "
+            "in one request.",
+            "input",
+            "too_many_items",
+        )
     items: tuple[dict[str, Any], ...] = ()
     if raw is not None:
         _items(raw, unseal)
         items = canonical_input(raw)
     if previous is not None and not is_id(previous):
-        raise NotFound(f"Previous response with id {previous!r} not found.",
-                       param="previous_response_id", code="previous_response_not_found")  # fmt: skip
+        raise NotFound(
+            f"Previous response with id {previous!r} not found.",
+            param="previous_response_id",
+            code="previous_response_not_found",
+        )
     return CompactRequest(model, items, previous)
 
 
 def _has_reference(raw: Any) -> bool:
     return isinstance(raw, list) and any(
-        isinstance(i, dict) and i.get("type") == "item_reference" for i in raw)  # fmt: skip
+        isinstance(i, dict) and i.get("type") == "item_reference" for i in raw
+    )

@@ -101,8 +101,13 @@ class RunHandle:
         return self.request.stream or self.request.background
 
     def stored(self, snapshot: dict[str, Any], owner: str) -> StoredResponse:
-        return StoredResponse(snapshot, background=self.request.background,
-                              streamed=self.streamed, owner=owner, tenant=self.request.tenant)  # fmt: skip
+        return StoredResponse(
+            snapshot,
+            background=self.request.background,
+            streamed=self.streamed,
+            owner=owner,
+            tenant=self.request.tenant,
+        )
 
     def events(self, after: int = -1) -> AsyncIterator[Event]:
         return self.log.follow(after)
@@ -127,10 +132,17 @@ class RunHandle:
 class Runs:
     """Every run of this replica, and the store they are kept in (None: nothing is kept)."""
 
-    def __init__(self, service: ResponsesService, store: Store | None, *, replica: str,
-                 lease_seconds: float = 10.0, metrics: Metrics | None = None,
-                 concurrent_per_key: int | None = None,
-                 request_timeout: float | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        service: ResponsesService,
+        store: Store | None,
+        *,
+        replica: str,
+        lease_seconds: float = 10.0,
+        metrics: Metrics | None = None,
+        concurrent_per_key: int | None = None,
+        request_timeout: float | None = None,
+    ) -> None:
         self.service, self.store, self.replica = service, store, replica
         self.concurrent_per_key, self.request_timeout = concurrent_per_key, request_timeout
         self._running: Counter[str] = Counter()  # unfinished runs by tenant
@@ -149,8 +161,11 @@ class Runs:
         await self.store.open()
         orphans = await self.store.fail_orphans(owner=self.replica)
         if orphans:
-            log.warning("failed %d responses left unfinished by the last run: %s",
-                        len(orphans), ", ".join(orphans))  # fmt: skip
+            log.warning(
+                "failed %d responses left unfinished by the last run: %s",
+                len(orphans),
+                ", ".join(orphans),
+            )
         self._heartbeat = asyncio.create_task(self._beat())
 
     async def close(self) -> None:
@@ -167,8 +182,9 @@ class Runs:
             await asyncio.sleep(self.lease_seconds / 4)
             try:
                 ids = [h.id for h in self.active.values() if h.request.store]
-                wanted = await self.store.heartbeat(self.replica, ids,
-                                                    lease_seconds=self.lease_seconds)  # fmt: skip
+                wanted = await self.store.heartbeat(
+                    self.replica, ids, lease_seconds=self.lease_seconds
+                )
                 for response_id in wanted:
                     if response_id in self.active:
                         self.active[response_id].cancel()
@@ -180,16 +196,20 @@ class Runs:
 
     # ---- submitting ---------------------------------------------------------------------
 
-    async def submit(self, request: ResponseRequest,
-                     previous: Sequence[Json] | None = None) -> RunHandle:  # fmt: skip
+    async def submit(
+        self, request: ResponseRequest, previous: Sequence[Json] | None = None
+    ) -> RunHandle:
         """Resolve history, keep the response, start producing. Errors here come before any
         byte of the response: client errors are 4xx (429 past the key's concurrent runs), a
         store that is down is a 503. `previous`: the previous response's context, when the
         caller holds it (see `history.resolve`)."""
         tenant = request.tenant
         if self.concurrent_per_key is not None and self._running[tenant] >= self.concurrent_per_key:
-            raise RateLimited(f"This key already has {self._running[tenant]} responses running, "
-                              f"the most it may; retry when one has ended.", retry_after=1)  # fmt: skip
+            raise RateLimited(
+                f"This key already has {self._running[tenant]} responses running, "
+                f"the most it may; retry when one has ended.",
+                retry_after=1,
+            )
         self._running[tenant] += 1
         try:
             handle = await self._submit(request, previous)
@@ -200,8 +220,7 @@ class Runs:
         handle.task.add_done_callback(lambda _: self._running.subtract([tenant]))
         return handle
 
-    async def _submit(self, request: ResponseRequest,
-                      previous: Sequence[Json] | None) -> RunHandle:  # fmt: skip
+    async def _submit(self, request: ResponseRequest, previous: Sequence[Json] | None) -> RunHandle:
         store = scoped(self.store, request.tenant) if self.store is not None else None
         history = await resolve(request, store, previous)
         if request.compaction is not None:
@@ -289,15 +308,24 @@ class Runs:
         ttft = None if clock is None or clock.first else (clock.first_at - clock.started) * 1000
         duration = None if clock is None else (time.monotonic() - clock.started) * 1000
         log.info(
-            "%s %s: %s input (%s cached), %s output tokens; output %s", handle.id,
-            snapshot["status"], usage.get("input_tokens"), cached, usage.get("output_tokens"),
+            "%s %s: %s input (%s cached), %s output tokens; output %s",
+            handle.id,
+            snapshot["status"],
+            usage.get("input_tokens"),
+            cached,
+            usage.get("output_tokens"),
             [item["type"] for item in snapshot["output"]],
-            extra={"response_id": handle.id, "model": handle.model, "status": snapshot["status"],
-                   "input_tokens": usage.get("input_tokens"), "cached_tokens": cached,
-                   "output_tokens": usage.get("output_tokens"),
-                   "ttft_ms": None if ttft is None else round(ttft, 1),
-                   "duration_ms": None if duration is None else round(duration, 1)},
-        )  # fmt: skip
+            extra={
+                "response_id": handle.id,
+                "model": handle.model,
+                "status": snapshot["status"],
+                "input_tokens": usage.get("input_tokens"),
+                "cached_tokens": cached,
+                "output_tokens": usage.get("output_tokens"),
+                "ttft_ms": None if ttft is None else round(ttft, 1),
+                "duration_ms": None if duration is None else round(duration, 1),
+            },
+        )
 
     def load(self) -> dict[str, tuple[int, int]]:
         """Per model: generations producing tokens, and those waiting for their first (in the
@@ -345,16 +373,18 @@ class Runs:
                     return
             if not batch:
                 stored = await self.store.get(response_id)
-                if stored is None or (stored.finished and not await self.store.events(
-                        response_id, after=after)):  # fmt: skip
+                if stored is None or (
+                    stored.finished and not await self.store.events(response_id, after=after)
+                ):
                     return
                 await asyncio.sleep(_FLUSH_SECONDS)
 
     async def cancel(self, response_id: str, tenant: str = "") -> dict[str, Any]:
         stored = await self.get(response_id, tenant)
         if not stored.background:
-            raise InvalidRequest("Only background responses can be cancelled.", param=None,
-                                 code="invalid_request")  # fmt: skip
+            raise InvalidRequest(
+                "Only background responses can be cancelled.", param=None, code="invalid_request"
+            )
         if stored.finished:
             return stored.snapshot
         handle = self.active.get(response_id)
@@ -378,8 +408,9 @@ class _Persisted:
     moves, so other replicas see it), and the rest at the end. Nothing is written before the
     response's first write (`begun`) has landed, nor at all if it failed."""
 
-    def __init__(self, store: Store | None, handle: RunHandle,
-                 begun: asyncio.Future[None] | None) -> None:  # fmt: skip
+    def __init__(
+        self, store: Store | None, handle: RunHandle, begun: asyncio.Future[None] | None
+    ) -> None:
         self.store, self.handle, self.begun = store, handle, begun
         self.written = 0
         self.status = handle.initial["status"]

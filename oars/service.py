@@ -25,9 +25,14 @@ class ResponsesService:
     embedded model) any name is served by the default model, as llama.cpp's server does.
     """
 
-    def __init__(self, engines: Engine | dict[str, Engine], *,
-                 default_temperature: float | None = None, sealer: Sealer | None = None,
-                 strict_models: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self,
+        engines: Engine | dict[str, Engine],
+        *,
+        default_temperature: float | None = None,
+        sealer: Sealer | None = None,
+        strict_models: bool = False,
+    ) -> None:
         self.engines = engines if isinstance(engines, dict) else {engines.info.id: engines}
         self.default_model = next(iter(self.engines))
         self.strict_models = strict_models or len(self.engines) > 1
@@ -44,8 +49,12 @@ class ResponsesService:
         if engine is not None:
             return engine
         if self.strict_models:
-            raise NotFound(f"The model {model[:200]!r} does not exist; this server serves "
-                           f"{', '.join(self.engines)}.", param="model", code="model_not_found")  # fmt: skip
+            raise NotFound(
+                f"The model {model[:200]!r} does not exist; this server serves "
+                f"{', '.join(self.engines)}.",
+                param="model",
+                code="model_not_found",
+            )
         return self.engine
 
     async def start(self, request: ResponseRequest) -> Run:
@@ -55,13 +64,17 @@ class ResponsesService:
         opened = await engine.open(request.engine)
         tools = {t.model_name: t for t in request.tools.callable}
         builder = ResponseBuilder(
-            request.echo, include_logprobs=request.include_logprobs, model=request.model,
-            tools=tools, background=request.background,
+            request.echo,
+            include_logprobs=request.include_logprobs,
+            model=request.model,
+            tools=tools,
+            background=request.background,
             seal=self.sealer.seal if self.sealer and request.include_encrypted_reasoning else None,
-        )  # fmt: skip
+        )
         if not request.generate:
-            return Run(_Unread(engine, await engine.count_tokens(request.engine)), opened,
-                       builder, request)  # fmt: skip
+            return Run(
+                _Unread(engine, await engine.count_tokens(request.engine)), opened, builder, request
+            )
         return Run(engine, opened, builder, request)
 
     async def count_tokens(self, request: ResponseRequest) -> int:

@@ -53,9 +53,10 @@ class Tool:
         if not isinstance(properties, Mapping):
             return frozenset()
         return frozenset(
-            key for key, schema in properties.items()
+            key
+            for key, schema in properties.items()
             if isinstance(schema, Mapping) and _allows_string(schema.get("type"))
-        )  # fmt: skip
+        )
 
     @property
     def call_schema(self) -> Mapping[str, Any]:
@@ -69,8 +70,11 @@ class Tool:
         }
 
     def to_template(self) -> dict[str, Any]:
-        function = {"name": self.model_name, "description": self.description,
-                    "parameters": dict(self.parameters)}  # fmt: skip
+        function = {
+            "name": self.model_name,
+            "description": self.description,
+            "parameters": dict(self.parameters),
+        }
         return {"type": "function", "function": function}
 
 
@@ -98,25 +102,30 @@ def _tool(raw: Mapping[str, Any], param: str, namespace: str | None) -> Tool | N
     if kind not in ("function", "custom"):
         return None
     if not isinstance(name, str) or not name:
-        raise InvalidRequest(f"Missing '{param}.name'.", param=f"{param}.name",
-                             code="missing_required_parameter")  # fmt: skip
+        raise InvalidRequest(
+            f"Missing '{param}.name'.", param=f"{param}.name", code="missing_required_parameter"
+        )
     check_name(name, f"{param}.name")
     description = raw.get("description")
     if description is not None and not isinstance(description, str):
-        raise InvalidRequest(f"Invalid '{param}.description': expected a string.",
-                             param=f"{param}.description")  # fmt: skip
+        raise InvalidRequest(
+            f"Invalid '{param}.description': expected a string.", param=f"{param}.description"
+        )
     strict = raw.get("strict")
     if strict is not None and not isinstance(strict, bool):
-        raise InvalidRequest(f"Invalid '{param}.strict': expected a boolean.",
-                             param=f"{param}.strict")  # fmt: skip
+        raise InvalidRequest(
+            f"Invalid '{param}.strict': expected a boolean.", param=f"{param}.strict"
+        )
     description = description or ""
     if kind == "custom":
         pattern = _custom_pattern(raw, f"{param}.format")
         return Tool(name, "custom", description, CUSTOM_SCHEMA, namespace, pattern)
     params = raw.get("parameters")
     if params is not None and not isinstance(params, dict):
-        raise InvalidRequest(f"Invalid '{param}.parameters': expected a JSON Schema object.",
-                             param=f"{param}.parameters")  # fmt: skip
+        raise InvalidRequest(
+            f"Invalid '{param}.parameters': expected a JSON Schema object.",
+            param=f"{param}.parameters",
+        )
     return Tool(name, "function", description, params or ANY_OBJECT, namespace)
 
 
@@ -128,8 +137,11 @@ def check_name(name: str, param: str) -> None:
     """Tool and namespace names as OpenAI takes them: 1-64 letters, digits, `_` or `-` (the
     model writes them back, and a long one makes the call grammar explode)."""
     if not NAME.match(name):
-        raise InvalidRequest(f"Invalid '{param}': {name[:80]!r} is not a valid name; expected 1 "
-                             "to 64 letters, digits, underscores or dashes.", param=param)  # fmt: skip
+        raise InvalidRequest(
+            f"Invalid '{param}': {name[:80]!r} is not a valid name; expected 1 "
+            "to 64 letters, digits, underscores or dashes.",
+            param=param,
+        )
 
 
 def _custom_pattern(raw: Mapping[str, Any], param: str) -> str | None:
@@ -140,27 +152,32 @@ def _custom_pattern(raw: Mapping[str, Any], param: str) -> str | None:
         return None
     definition, syntax = fmt.get("definition"), fmt.get("syntax")
     if not isinstance(definition, str):
-        raise InvalidRequest(f"Invalid '{param}.definition': expected a string.",
-                             param=f"{param}.definition")  # fmt: skip
+        raise InvalidRequest(
+            f"Invalid '{param}.definition': expected a string.", param=f"{param}.definition"
+        )
     if syntax not in ("lark", "regex"):
-        raise InvalidRequest(f"Invalid '{param}.syntax': expected 'lark' or 'regex'.",
-                             param=f"{param}.syntax")  # fmt: skip
+        raise InvalidRequest(
+            f"Invalid '{param}.syntax': expected 'lark' or 'regex'.", param=f"{param}.syntax"
+        )
     if len(definition) > MAX_GRAMMAR:
-        raise InvalidRequest(f"Invalid '{param}.definition': the grammar is {len(definition)} "
-                             f"characters; at most {MAX_GRAMMAR} are allowed.",
-                             param=f"{param}.definition")  # fmt: skip
+        raise InvalidRequest(
+            f"Invalid '{param}.definition': the grammar is {len(definition)} "
+            f"characters; at most {MAX_GRAMMAR} are allowed.",
+            param=f"{param}.definition",
+        )
     try:
         return input_pattern(syntax, definition)
     except Unsupported as exc:
-        raise InvalidRequest(f"Invalid '{param}.definition': the input of a custom tool is held "
-                             f"to its grammar written as one regular expression, and {exc}.",
-                             param=f"{param}.definition") from exc  # fmt: skip
+        raise InvalidRequest(
+            f"Invalid '{param}.definition': the input of a custom tool is held "
+            f"to its grammar written as one regular expression, and {exc}.",
+            param=f"{param}.definition",
+        ) from exc
 
 
 def _typed(raw: Any, param: str) -> Mapping[str, Any]:
     if not isinstance(raw, dict) or not isinstance(raw.get("type"), str):
-        raise InvalidRequest(f"Invalid '{param}': expected an object with a 'type'.",
-                             param=param)  # fmt: skip
+        raise InvalidRequest(f"Invalid '{param}': expected an object with a 'type'.", param=param)
     return raw
 
 
@@ -169,8 +186,9 @@ def _namespace_members(raw: Mapping[str, Any], param: str) -> list[Mapping[str, 
     if inner is None:
         return []
     if not isinstance(inner, list):
-        raise InvalidRequest(f"Invalid '{param}.tools': expected an array of tools.",
-                             param=f"{param}.tools")  # fmt: skip
+        raise InvalidRequest(
+            f"Invalid '{param}.tools': expected an array of tools.", param=f"{param}.tools"
+        )
     return [_typed(sub, f"{param}.tools[{j}]") for j, sub in enumerate(inner)]
 
 
@@ -183,8 +201,9 @@ def _check_hosted(raw: Mapping[str, Any], param: str) -> None:
         _wire_tool().validate_python(raw)
     except ValidationError as exc:
         first = min(exc.errors(), key=lambda e: len(e["loc"]))
-        raise InvalidRequest(f"Invalid '{param}': not a valid {raw.get('type')} tool "
-                             f"({first['msg']}).", param=param) from exc  # fmt: skip
+        raise InvalidRequest(
+            f"Invalid '{param}': not a valid {raw.get('type')} tool ({first['msg']}).", param=param
+        ) from exc
 
 
 @functools.cache
@@ -203,8 +222,11 @@ def parse_tools(tools: Sequence[Any]) -> list[Tool]:
         if _typed(raw, param)["type"] == "namespace":
             namespace = raw.get("name")
             if not isinstance(namespace, str):
-                raise InvalidRequest(f"Missing '{param}.name'.", param=f"{param}.name",
-                                     code="missing_required_parameter")  # fmt: skip
+                raise InvalidRequest(
+                    f"Missing '{param}.name'.",
+                    param=f"{param}.name",
+                    code="missing_required_parameter",
+                )
             check_name(namespace, f"{param}.name")
             for j, sub in enumerate(_namespace_members(raw, param)):
                 tool = _tool(sub, f"{param}.tools[{j}]", namespace)
@@ -224,10 +246,11 @@ def _disambiguated(tools: list[Tool]) -> list[Tool]:
     model as `namespace.name`; a call by that name comes back as `name` plus `namespace`."""
     counts = Counter(t.name for t in tools)
     return [
-        replace(t, offered_as=f"{t.namespace}.{t.name}") if counts[t.name] > 1 and t.namespace
+        replace(t, offered_as=f"{t.namespace}.{t.name}")
+        if counts[t.name] > 1 and t.namespace
         else t
         for t in tools
-    ]  # fmt: skip
+    ]
 
 
 def echo_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -238,11 +261,18 @@ def echo_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 def _echo(raw: Mapping[str, Any]) -> dict[str, Any]:
     kind = raw.get("type")
     if kind == "function":
-        return {**raw, "description": raw.get("description"),
-                "parameters": raw.get("parameters"), "strict": raw.get("strict", True)}  # fmt: skip
+        return {
+            **raw,
+            "description": raw.get("description"),
+            "parameters": raw.get("parameters"),
+            "strict": raw.get("strict", True),
+        }
     if kind == "custom":
-        return {**raw, "description": raw.get("description"),
-                "format": raw.get("format") or {"type": "text"}}  # fmt: skip
+        return {
+            **raw,
+            "description": raw.get("description"),
+            "format": raw.get("format") or {"type": "text"},
+        }
     if kind == "namespace" and isinstance(raw.get("tools"), list):
         return {**raw, "tools": echo_tools(raw["tools"])}
     return dict(raw)
@@ -251,8 +281,7 @@ def _echo(raw: Mapping[str, Any]) -> dict[str, Any]:
 def _named(tools: list[Tool], name: Any, param: str) -> Tool:
     tool = next((t for t in tools if t.name == name), None)
     if tool is None:
-        raise InvalidRequest(f"Invalid '{param}': no tool named {name!r} in 'tools'.",
-                             param=param)  # fmt: skip
+        raise InvalidRequest(f"Invalid '{param}': no tool named {name!r} in 'tools'.", param=param)
     return tool
 
 
@@ -260,21 +289,26 @@ def resolve(tools: list[Tool], choice: Any) -> ToolSet:
     """Apply `tool_choice` to the tools; 400 for a choice that names what cannot run here."""
     offered = tuple(tools)
     if choice == "required" and not offered:
-        raise InvalidRequest("tool_choice 'required' needs at least one function or custom "
-                             "tool in 'tools'.", param="tool_choice")  # fmt: skip
+        raise InvalidRequest(
+            "tool_choice 'required' needs at least one function or custom tool in 'tools'.",
+            param="tool_choice",
+        )
     if choice is None or choice in ("auto", "none", "required"):
         return ToolSet(offered, offered, choice or "auto")
     if not isinstance(choice, dict):
         raise InvalidRequest("Invalid 'tool_choice'.", param="tool_choice")
     kind = choice.get("type")
     if kind in ("function", "custom"):
-        return ToolSet(offered, (_named(tools, choice.get("name"), "tool_choice.name"),),
-                       "required")  # fmt: skip
+        return ToolSet(
+            offered, (_named(tools, choice.get("name"), "tool_choice.name"),), "required"
+        )
     if kind == "allowed_tools":
         names = choice.get("tools") or []
         if not isinstance(names, list):
-            raise InvalidRequest("Invalid 'tool_choice.tools': expected an array of tools.",
-                                 param="tool_choice.tools")  # fmt: skip
+            raise InvalidRequest(
+                "Invalid 'tool_choice.tools': expected an array of tools.",
+                param="tool_choice.tools",
+            )
         allowed = [
             _named(tools, t.get("name") if isinstance(t, dict) else None, f"tool_choice.tools[{i}]")
             for i, t in enumerate(names)
@@ -299,9 +333,13 @@ def _lark_string(text: str) -> str:
 
 
 def call_grammar(
-    tools: Sequence[Tool], *, many: bool, relaxed: bool = False, compact: bool = False,
+    tools: Sequence[Tool],
+    *,
+    many: bool,
+    relaxed: bool = False,
+    compact: bool = False,
     answer: str | None = None,
-) -> str:  # fmt: skip
+) -> str:
     """Lark (llguidance flavour): one call object `{"name": …, "arguments": {…}}` per tool.
 
     Arguments follow the tool's JSON schema (`relaxed`: any object, for schemas the grammar

@@ -16,8 +16,11 @@ from pydantic import BaseModel, ValidationError
 
 
 def _event_classes() -> dict[str, type[BaseModel]]:
-    union = get_args(ResponseStreamEvent)[0] if get_origin(ResponseStreamEvent) is Annotated else (
-        ResponseStreamEvent)  # fmt: skip
+    union = (
+        get_args(ResponseStreamEvent)[0]
+        if get_origin(ResponseStreamEvent) is Annotated
+        else (ResponseStreamEvent)
+    )
     classes: dict[str, type[BaseModel]] = {}
     for cls in get_args(union):
         literal = cls.model_fields["type"].annotation
@@ -242,7 +245,9 @@ class _Checker:
         if snap.get("output") != self.done:
             self.fail(i, "I9", "terminal output differs from the output_item.done items", event)
         if not isinstance(snap.get("usage"), dict) and event["type"] not in (
-            "response.failed", "response.cancelled"):  # fmt: skip
+            "response.failed",
+            "response.cancelled",
+        ):
             self.fail(i, "I9", "terminal snapshot has no usage", event)
         if event["type"] == "response.failed" and not snap.get("error"):
             self.fail(i, "I9", "response.failed without response.error", event)
@@ -281,7 +286,8 @@ class _Checker:
             if first.get(key) != item.get(key):
                 self.fail(i, "I6", f"item {key!r} changed between added and done", event)
         if item.get("status") not in ("completed", "incomplete") and (
-                item.get("type") not in _STATELESS):  # fmt: skip
+            item.get("type") not in _STATELESS
+        ):
             self.fail(i, "I10", f"done item status {item.get('status')!r}", event)
         content = item.get("content")
         if isinstance(content, list) and self.open["parts"]:

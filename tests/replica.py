@@ -26,8 +26,12 @@ def main() -> None:
     from oars.store import SqlStore
 
     engine = ScriptedEngine([f"w{i} " for i in range(args.chunks)], delay=args.delay)
-    app = create_app(ResponsesService(engine), SqlStore(args.store), replica=args.replica,
-                     lease_seconds=args.lease)  # fmt: skip
+    app = create_app(
+        ResponsesService(engine),
+        SqlStore(args.store),
+        replica=args.replica,
+        lease_seconds=args.lease,
+    )
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
 
 

@@ -50,8 +50,17 @@ def text_stream(pieces: list[str], *, finish: str = "stop", usage: bool = True) 
     chunks: list[Any] = [chunk({"role": "assistant", "content": ""})]
     chunks += [chunk({"content": p}) for p in pieces] + [chunk({}, finish)]
     if usage:
-        chunks.append({**base, "choices": [], "usage": {"prompt_tokens": 7,
-                       "completion_tokens": len(pieces), "total_tokens": 7 + len(pieces)}})  # fmt: skip
+        chunks.append(
+            {
+                **base,
+                "choices": [],
+                "usage": {
+                    "prompt_tokens": 7,
+                    "completion_tokens": len(pieces),
+                    "total_tokens": 7 + len(pieces),
+                },
+            }
+        )
     return Scenario(chunks)
 
 
@@ -126,8 +135,10 @@ class Replay:
     @staticmethod
     def _whole(handler: BaseHTTPRequestHandler, scenario: Scenario) -> None:
         """An unstreamed request (oars counting tokens): a completion with usage."""
-        usage = next((c["usage"] for c in scenario.chunks if isinstance(c, dict)
-                      and c.get("usage")), {"prompt_tokens": 7, "completion_tokens": 1})  # fmt: skip
+        usage = next(
+            (c["usage"] for c in scenario.chunks if isinstance(c, dict) and c.get("usage")),
+            {"prompt_tokens": 7, "completion_tokens": 1},
+        )
         body = json.dumps({"object": "chat.completion", "choices": [], "usage": usage}).encode()
         handler.send_response(200)
         handler.send_header("content-type", "application/json")

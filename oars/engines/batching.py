@@ -60,8 +60,9 @@ class Capacity:
             if self.accepted >= self.parallel + self.queue_depth:
                 raise RateLimited(
                     f"This server is at capacity ({self.parallel} generations running and "
-                    f"{self.queue_depth} waiting); retry shortly.", retry_after=1,
-                )  # fmt: skip
+                    f"{self.queue_depth} waiting); retry shortly.",
+                    retry_after=1,
+                )
             self.accepted += 1
         return Place(self._leave)
 
@@ -139,10 +140,15 @@ class Batcher:
     """Schedules works onto the context's slots; `run()` is its thread."""
 
     def __init__(
-        self, context: Context, parallel: int, *, prefill_chunk: int = 256,
-        prefix_store: PrefixStore | None = None, overlap: Executor | None = None,
+        self,
+        context: Context,
+        parallel: int,
+        *,
+        prefill_chunk: int = 256,
+        prefix_store: PrefixStore | None = None,
+        overlap: Executor | None = None,
         flush: Callable[[], None] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.context = context
         self.slots = [Slot(seq) for seq in range(parallel)]
         self.prefill_chunk = max(1, min(prefill_chunk, context.n_batch))

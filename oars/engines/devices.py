@@ -40,9 +40,13 @@ def devices() -> list[Device]:
     listed = []
     for i in range(lib.ggml_backend_dev_count()):
         dev = lib.ggml_backend_dev_get(i)
-        listed.append(Device(lib.ggml_backend_dev_name(dev).decode(errors="replace"),
-                             lib.ggml_backend_dev_description(dev).decode(errors="replace"),
-                             _KINDS.get(lib.ggml_backend_dev_type(dev), "other")))  # fmt: skip
+        listed.append(
+            Device(
+                lib.ggml_backend_dev_name(dev).decode(errors="replace"),
+                lib.ggml_backend_dev_description(dev).decode(errors="replace"),
+                _KINDS.get(lib.ggml_backend_dev_type(dev), "other"),
+            )
+        )
     return listed
 
 

@@ -53,8 +53,11 @@ class Grammars:
         # a grammar past them fails here, as a 400, not when the generation starts.
         matcher = LLMatcher(self.tokenizer, grammar, log_level=0, limits=limits())
         if matcher.is_error():
-            raise InvalidRequest(f"The {constraint.kind.value} is too large or complex to "
-                                 f"follow: {matcher.get_error()}", param=constraint.param)  # fmt: skip
+            raise InvalidRequest(
+                f"The {constraint.kind.value} is too large or complex to "
+                f"follow: {matcher.get_error()}",
+                param=constraint.param,
+            )
         return str(grammar)
 
     def mask(self, grammar: str) -> TokenMask:
@@ -68,8 +71,9 @@ def limits() -> Any:
     printing the whole grammar into logs and answers."""
     from llguidance import LLParserLimits
 
-    return LLParserLimits(max_items_in_row=MAX_GRAMMAR // 2, step_max_items=200_000,
-                          verbose_errors=False)  # fmt: skip
+    return LLParserLimits(
+        max_items_in_row=MAX_GRAMMAR // 2, step_max_items=200_000, verbose_errors=False
+    )
 
 
 def _json_schema(source: str) -> str:

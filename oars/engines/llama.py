@@ -124,12 +124,21 @@ class LlamaEngine:
     """A GGUF model served by llama-cpp-python."""
 
     def __init__(
-        self, path: Path, *, model_id: str | None = None, n_ctx: int = 16384,
-        n_threads: int | None = None, tool_format: str | None = None, n_gpu_layers: int = 0,
-        parallel: int | None = None, queue_depth: int = 64, prefill_chunk: int = 256,
-        prefix_folder: Path | None = None, prefix_bytes: int = 2 * 2**30,
+        self,
+        path: Path,
+        *,
+        model_id: str | None = None,
+        n_ctx: int = 16384,
+        n_threads: int | None = None,
+        tool_format: str | None = None,
+        n_gpu_layers: int = 0,
+        parallel: int | None = None,
+        queue_depth: int = 64,
+        prefill_chunk: int = 256,
+        prefix_folder: Path | None = None,
+        prefix_bytes: int = 2 * 2**30,
         prefix_min_tokens: int = 1024,
-    ) -> None:  # fmt: skip
+    ) -> None:
         import llama_cpp  # imported here so that the fast test tier never needs it
 
         LlamaLog.install(llama_cpp)
@@ -170,8 +179,10 @@ class LlamaEngine:
         self._pieces = [bytes(self.llm.detokenize([t], special=True)) for t in tokens]
         self._ends = frozenset(t for t in tokens if llama_cpp.llama_vocab_is_eog(vocab, t))
         self._hidden = frozenset(
-            t for t in tokens if llama_cpp.llama_vocab_is_control(vocab, t) and t not in self._markers
-        )  # fmt: skip
+            t
+            for t in tokens
+            if llama_cpp.llama_vocab_is_control(vocab, t) and t not in self._markers
+        )
         self._longest_token = max(map(len, self._pieces))
         self._message_tokens = self._tokens_per_message()
         self._opening_bans: dict[tuple[str, ...], np.ndarray] = {}
@@ -187,20 +198,31 @@ class LlamaEngine:
         # it, 0.0 without. It costs memory for the attention scores of a pass (up to 0.5 GiB
         # at 16k tokens). On a GPU llama.cpp decides.
         flash_attn = None if n_gpu_layers else False
-        context = LlamaContext(llama_cpp, self._model, n_seq=self.parallel, n_ctx_seq=n_ctx,
-                               n_batch=n_batch, n_threads=threads, n_vocab=self.n_vocab,
-                               flash_attn=flash_attn)  # fmt: skip
+        context = LlamaContext(
+            llama_cpp,
+            self._model,
+            n_seq=self.parallel,
+            n_ctx_seq=n_ctx,
+            n_batch=n_batch,
+            n_threads=threads,
+            n_vocab=self.n_vocab,
+            flash_attn=flash_attn,
+        )
         store = None
         if prefix_folder is not None and prefix_bytes > 0:
             key = self._fingerprint(path, n_ctx, flash_attn)
-            store = PrefixStore(prefix_folder, key, max_bytes=prefix_bytes,
-                                min_tokens=prefix_min_tokens)  # fmt: skip
+            store = PrefixStore(
+                prefix_folder, key, max_bytes=prefix_bytes, min_tokens=prefix_min_tokens
+            )
         self._handover = Handover()
         self.batcher = Batcher(
-            context, self.parallel, prefill_chunk=prefill_chunk, prefix_store=store,
+            context,
+            self.parallel,
+            prefill_chunk=prefill_chunk,
+            prefix_store=store,
             overlap=BigStackPool(max_workers=2, thread_name_prefix="oars-mask"),
             flush=self._handover.flush,
-        )  # fmt: skip
+        )
         big_stack_thread(self.batcher.run, "oars-engine")
         # First-use costs (the grammar tokenizer, about a second; a vocabulary scan) are paid
         # before the server takes requests. Paid beside the first one, they slowed its passes
@@ -288,9 +310,11 @@ class LlamaEngine:
 
         try:  # one more message after a user's, and after one of its own role (templates
             # merge runs of tool outputs into one turn)
-            costs = [count(empty("user", role, *extra)) - count(empty("user", *extra))
-                     for role in ("user", "assistant", "system", "tool")
-                     for extra in ((), (role,))]  # fmt: skip
+            costs = [
+                count(empty("user", role, *extra)) - count(empty("user", *extra))
+                for role in ("user", "assistant", "system", "tool")
+                for extra in ((), (role,))
+            ]
         except Exception:  # a template that refuses these shapes: assume nothing
             return 0
         # less one: a marker's last token may merge with the first characters of the content
@@ -347,11 +371,14 @@ class LlamaEngine:
 
     def _scan_openings(self, prefixes: tuple[str, ...]) -> np.ndarray:
         ids = [
-            t for t in range(self.n_vocab)
+            t
+            for t in range(self.n_vocab)
             if not self.is_end(t)
-            and (not (text := self.token_bytes(t).decode("utf-8", "replace").lstrip())
-                 or text.startswith(prefixes))
-        ]  # fmt: skip
+            and (
+                not (text := self.token_bytes(t).decode("utf-8", "replace").lstrip())
+                or text.startswith(prefixes)
+            )
+        ]
         return np.asarray(ids, dtype=np.intp)
 
     def is_end(self, token: int) -> bool:
@@ -413,9 +440,11 @@ class _Sequence:
     """One request's decoding state: the batcher hands it logits, it picks and sends tokens."""
 
     def __init__(
-        self, engine: LlamaEngine, prepared: Prepared,
+        self,
+        engine: LlamaEngine,
+        prepared: Prepared,
         emit: Callable[[EngineChunk | BaseException], object],
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.engine, self.prepared, self.emit = engine, prepared, emit
         self.cancel = threading.Event()
         request = prepared.request
@@ -487,8 +516,9 @@ class _Sequence:
         return token
 
     def _finish(self, reason: FinishReason, end_marker: str = "") -> None:
-        usage = Usage(input_tokens=len(self.prompt), cached_tokens=self.cached,
-                      output_tokens=self.produced)  # fmt: skip
+        usage = Usage(
+            input_tokens=len(self.prompt), cached_tokens=self.cached, output_tokens=self.produced
+        )
         # Text held back as a possible stop sequence is output unless a stop sequence matched.
         tail = "" if self.stopped_by_sequence else self.held + self.decoder.decode(b"", final=True)
         self.emit(EngineChunk(tail + end_marker, 0, finish=reason, usage=usage))
@@ -551,14 +581,25 @@ class LlamaContext:
     through the batch API (one KV memory per sequence)."""
 
     def __init__(
-        self, llama_cpp: Any, model: Any, *, n_seq: int, n_ctx_seq: int, n_batch: int,
-        n_threads: int, n_vocab: int, flash_attn: bool | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        llama_cpp: Any,
+        model: Any,
+        *,
+        n_seq: int,
+        n_ctx_seq: int,
+        n_batch: int,
+        n_threads: int,
+        n_vocab: int,
+        flash_attn: bool | None = None,
+    ) -> None:
         self._api, self.n_batch, self._n_vocab = llama_cpp, n_batch, n_vocab
         params = llama_cpp.llama_context_default_params()
         if flash_attn is not None:  # else llama.cpp chooses
-            params.flash_attn_type = (llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn
-                                      else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED)  # fmt: skip
+            params.flash_attn_type = (
+                llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
+                if flash_attn
+                else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+            )
         params.n_ctx = n_seq * n_ctx_seq
         params.n_batch = params.n_ubatch = n_batch
         params.n_seq_max = n_seq

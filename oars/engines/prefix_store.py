@@ -63,8 +63,12 @@ class PrefixStore:
             partial.unlink(missing_ok=True)
         self._evict()  # the bound may have shrunk, or other folders grown, since the last run
         threading.Thread(target=self._write_loop, name="oars-prefix-store", daemon=True).start()
-        threading.Thread(target=self._read_ahead, args=(min(max_bytes, READ_AHEAD_BYTES),),
-                         name="oars-prefix-read-ahead", daemon=True).start()  # fmt: skip
+        threading.Thread(
+            target=self._read_ahead,
+            args=(min(max_bytes, READ_AHEAD_BYTES),),
+            name="oars-prefix-read-ahead",
+            daemon=True,
+        ).start()
 
     @property
     def size(self) -> int:

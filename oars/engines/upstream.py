@@ -84,8 +84,10 @@ def load_upstreams(path: str) -> list[UpstreamConfig]:
     for i, table in enumerate(tables):
         unknown = set(table) - known
         if unknown or "model" not in table or "url" not in table:
-            raise ValueError(f"{path}: upstream #{i + 1} needs model and url and knows only "
-                             f"{', '.join(sorted(known))} (got {', '.join(sorted(unknown))})")  # fmt: skip
+            raise ValueError(
+                f"{path}: upstream #{i + 1} needs model and url and knows only "
+                f"{', '.join(sorted(known))} (got {', '.join(sorted(unknown))})"
+            )
         configs.append(UpstreamConfig(**table))
     return configs
 
@@ -116,11 +118,13 @@ class UpstreamEngine:
         if self._client is None or self._loop is not loop:
             c = self.config
             self._client = httpx.AsyncClient(
-                base_url=c.url.rstrip("/"), headers=c.headers(),
+                base_url=c.url.rstrip("/"),
+                headers=c.headers(),
                 timeout=httpx.Timeout(c.first_byte_timeout, connect=c.connect_timeout),
-                limits=httpx.Limits(max_connections=c.max_connections,
-                                    max_keepalive_connections=c.max_connections),
-            )  # fmt: skip
+                limits=httpx.Limits(
+                    max_connections=c.max_connections, max_keepalive_connections=c.max_connections
+                ),
+            )
             self._loop = loop
         return self._client
 
@@ -152,8 +156,9 @@ class UpstreamEngine:
 
     def _body(self, request: EngineRequest) -> dict[str, Any]:
         c = self.config
-        return chat_body(request, c.upstream_model or c.model,
-                         schema_in_json_object=c.schema_in_json_object)  # fmt: skip
+        return chat_body(
+            request, c.upstream_model or c.model, schema_in_json_object=c.schema_in_json_object
+        )
 
     async def _count_quietly(self, request: EngineRequest) -> int:
         """An upstream that streams no usage (llama-cpp-python's server): its input tokens,
@@ -175,12 +180,16 @@ class UpstreamEngine:
             response = await client.send(request, stream=True)
         except httpx.TimeoutException as exc:
             self._observed(started, "upstream_timeout")
-            raise UpstreamError(f"the upstream at {where} did not answer in time",
-                                status=504, code="upstream_timeout") from exc  # fmt: skip
+            raise UpstreamError(
+                f"the upstream at {where} did not answer in time",
+                status=504,
+                code="upstream_timeout",
+            ) from exc
         except httpx.HTTPError as exc:
             self._observed(started, "upstream_unreachable")
-            raise UpstreamError(f"the upstream at {where} cannot be reached: {exc}",
-                                code="upstream_unreachable") from exc  # fmt: skip
+            raise UpstreamError(
+                f"the upstream at {where} cannot be reached: {exc}", code="upstream_unreachable"
+            ) from exc
         self._observed(started, None if response.status_code < 400 else str(response.status_code))
         if response.status_code >= 400:
             await response.aread()
@@ -222,8 +231,10 @@ def _rejection(response: httpx.Response, where: str) -> ClientError | EngineErro
     message, param, code, kind = _error_fields(response)
     status = response.status_code
     if status in (401, 403):  # oars' own credentials: not the client's fault
-        return UpstreamError(f"the upstream at {where} refused oars' credentials ({status}): "
-                             f"{message}", code="upstream_unauthorized")  # fmt: skip
+        return UpstreamError(
+            f"the upstream at {where} refused oars' credentials ({status}): {message}",
+            code="upstream_unauthorized",
+        )
     if 400 <= status < 500:
         return UpstreamRejected(status, message, param=param, code=code, type=kind)
     return UpstreamError(f"the upstream at {where} failed ({status}): {message}")
@@ -240,8 +251,12 @@ def _error_fields(response: httpx.Response) -> tuple[str, str | None, str | None
         message = error.get("message") or error.get("detail") or json.dumps(error)[:500]
         param, code = error.get("param"), error.get("code")
         kind = error.get("type") if isinstance(error.get("type"), str) else None
-        return (str(message), param if isinstance(param, str) else None,
-                str(code) if code is not None else None, kind or "invalid_request_error")  # fmt: skip
+        return (
+            str(message),
+            param if isinstance(param, str) else None,
+            str(code) if code is not None else None,
+            kind or "invalid_request_error",
+        )
     return str(error)[:500], None, None, "invalid_request_error"
 
 
@@ -282,8 +297,9 @@ def _json_object(data: str) -> dict[str, Any]:
 # ---- request: Responses intent → chat completions ---------------------------------------------
 
 
-def chat_body(request: EngineRequest, model: str, *, schema_in_json_object: bool = False
-              ) -> dict[str, Any]:  # fmt: skip
+def chat_body(
+    request: EngineRequest, model: str, *, schema_in_json_object: bool = False
+) -> dict[str, Any]:
     s = request.sampling
     body: dict[str, Any] = {
         "model": model,
@@ -327,8 +343,11 @@ def _chat_call(call: Mapping[str, Any], i: int) -> dict[str, Any]:
     function = call.get("function") or {}
     arguments = function.get("arguments", {})
     text = arguments if isinstance(arguments, str) else json.dumps(arguments)
-    return {"id": call.get("id") or f"call_{i}", "type": "function",
-            "function": {"name": function.get("name", ""), "arguments": text}}  # fmt: skip
+    return {
+        "id": call.get("id") or f"call_{i}",
+        "type": "function",
+        "function": {"name": function.get("name", ""), "arguments": text},
+    }
 
 
 def _tools(request: EngineRequest) -> dict[str, Any]:
@@ -340,8 +359,11 @@ def _tools(request: EngineRequest) -> dict[str, Any]:
     choice: Any = tools.mode
     if tools.mode == "required" and len(tools.callable) == 1:
         choice = {"type": "function", "function": {"name": tools.callable[0].model_name}}
-    return {"tools": [t.to_template() for t in tools.callable], "tool_choice": choice,
-            "parallel_tool_calls": request.parallel_tool_calls}  # fmt: skip
+    return {
+        "tools": [t.to_template() for t in tools.callable],
+        "tool_choice": choice,
+        "parallel_tool_calls": request.parallel_tool_calls,
+    }
 
 
 def _response_format(request: EngineRequest, schema_in_json_object: bool) -> dict[str, Any]:
@@ -359,9 +381,13 @@ def _response_format(request: EngineRequest, schema_in_json_object: bool) -> dic
 
 # ---- response: chat completion chunks → engine chunks -----------------------------------------
 
-_FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH,
-           "tool_calls": FinishReason.TOOL_CALLS, "function_call": FinishReason.TOOL_CALLS,
-           "content_filter": FinishReason.CONTENT_FILTER}  # fmt: skip
+_FINISH = {
+    "stop": FinishReason.STOP,
+    "length": FinishReason.LENGTH,
+    "tool_calls": FinishReason.TOOL_CALLS,
+    "function_call": FinishReason.TOOL_CALLS,
+    "content_filter": FinishReason.CONTENT_FILTER,
+}
 
 
 @dataclass
@@ -422,8 +448,7 @@ class _ChunkReader:
         out += self.waiting if self.open_call is None else []  # else: the call never ended
         usage = self.usage or Usage(output_tokens=self.reasoning_deltas + self.content_deltas)
         if not usage.reasoning_tokens and self.reasoning_deltas:
-            usage = replace(usage, reasoning_tokens=min(self.reasoning_deltas,
-                                                        usage.output_tokens))  # fmt: skip
+            usage = replace(usage, reasoning_tokens=min(self.reasoning_deltas, usage.output_tokens))
         return [*out, EngineChunk(finish=self.finish_reason, usage=usage)]
 
     def _after_calls(self, chunk: EngineChunk) -> list[EngineChunk]:
@@ -450,8 +475,9 @@ class _ChunkReader:
             return index
         last = max(self.calls, default=-1)
         call_id = raw.get("id")
-        fresh = last < 0 or (isinstance(call_id, str) and call_id and
-                             call_id != self.calls[last].id)  # fmt: skip
+        fresh = last < 0 or (
+            isinstance(call_id, str) and call_id and call_id != self.calls[last].id
+        )
         return last + 1 if fresh else last
 
     def _call_delta(self, raw: Any) -> list[Segment]:
@@ -484,8 +510,11 @@ class _ChunkReader:
 
     def _start_next(self, *, at_end: bool = False) -> list[Segment]:
         """Start the first waiting call once its arguments have begun (its name is whole)."""
-        waiting = [i for i, c in sorted(self.calls.items())
-                   if c.name and not c.started and (c.arguments or at_end)]  # fmt: skip
+        waiting = [
+            i
+            for i, c in sorted(self.calls.items())
+            if c.name and not c.started and (c.arguments or at_end)
+        ]
         if self.open_call is not None or not waiting:
             return []
         index = waiting[0]
@@ -540,11 +569,19 @@ def _logprobs(raw: Any) -> tuple[TokenLogprob, ...]:
         return ()
     return tuple(
         TokenLogprob(
-            str(entry.get("token", "")), tuple(entry.get("bytes") or ()),
+            str(entry.get("token", "")),
+            tuple(entry.get("bytes") or ()),
             float(entry.get("logprob", 0.0)),
-            tuple(TopLogprob(str(t.get("token", "")), tuple(t.get("bytes") or ()),
-                             float(t.get("logprob", 0.0)))
-                  for t in entry.get("top_logprobs") or () if isinstance(t, dict)),
+            tuple(
+                TopLogprob(
+                    str(t.get("token", "")),
+                    tuple(t.get("bytes") or ()),
+                    float(t.get("logprob", 0.0)),
+                )
+                for t in entry.get("top_logprobs") or ()
+                if isinstance(t, dict)
+            ),
         )
-        for entry in content if isinstance(entry, dict)
-    )  # fmt: skip
+        for entry in content
+        if isinstance(entry, dict)
+    )

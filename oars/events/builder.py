@@ -119,8 +119,13 @@ def _reasoning_wire(item: _Item) -> dict[str, Any]:
 
 
 def _call_fields(item: _Item) -> dict[str, Any]:
-    fields = {"id": item.id, "type": item.type, "status": item.status, "call_id": item.call_id,
-              "name": item.name}  # fmt: skip
+    fields = {
+        "id": item.id,
+        "type": item.type,
+        "status": item.status,
+        "call_id": item.call_id,
+        "name": item.name,
+    }
     if item.namespace:
         fields["namespace"] = item.namespace
     return fields
@@ -155,18 +160,25 @@ _SEGMENT_ITEM = {
 _PART_EVENT = {"output_text": "response.output_text", "reasoning_text": "response.reasoning_text"}
 
 # Why a response that stopped early is `incomplete` (its `incomplete_details.reason`).
-_INCOMPLETE_REASONS = {FinishReason.LENGTH: "max_output_tokens",
-                       FinishReason.CONTENT_FILTER: "content_filter"}  # fmt: skip
+_INCOMPLETE_REASONS = {
+    FinishReason.LENGTH: "max_output_tokens",
+    FinishReason.CONTENT_FILTER: "content_filter",
+}
 
 
 class ResponseBuilder:
     """Builds the event stream and the `Response` object of one generation."""
 
     def __init__(
-        self, echo: Mapping[str, Any], *, include_logprobs: bool = False, model: str,
-        tools: Mapping[str, Tool] | None = None, background: bool = False,
+        self,
+        echo: Mapping[str, Any],
+        *,
+        include_logprobs: bool = False,
+        model: str,
+        tools: Mapping[str, Tool] | None = None,
+        background: bool = False,
         seal: Callable[[str], str] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.id = new_id("resp")
         self.created_at = int(time.time())
         self._echo = dict(echo)
@@ -228,12 +240,16 @@ class ResponseBuilder:
     def compaction(self, item: Mapping[str, Any]) -> list[Event]:
         """A compaction made before generating (`context_management`): the first output item,
         added and done at once."""
-        added, events = self._add_item(type="compaction", id=item["id"],
-                                       encrypted=item["encrypted_content"])  # fmt: skip
+        added, events = self._add_item(
+            type="compaction", id=item["id"], encrypted=item["encrypted_content"]
+        )
         self._open = None
         added.status = "completed"
-        events.append(self._emit("response.output_item.done", output_index=added.output_index,
-                                 item=added.wire()))  # fmt: skip
+        events.append(
+            self._emit(
+                "response.output_item.done", output_index=added.output_index, item=added.wire()
+            )
+        )
         return events
 
     def cancel(self) -> list[Event]:
@@ -278,8 +294,10 @@ class ResponseBuilder:
             else None
         )
         if call is not None and reason in (FinishReason.STOP, FinishReason.TOOL_CALLS):
-            return self.fail(f"The model stopped inside its call to '{call.name}': the call's "
-                             "arguments are incomplete.")  # fmt: skip
+            return self.fail(
+                f"The model stopped inside its call to '{call.name}': the call's "
+                "arguments are incomplete."
+            )
         incomplete = _INCOMPLETE_REASONS.get(reason)
         events = self._close("incomplete" if incomplete else "completed")
         self._completed_at = int(time.time())
@@ -297,8 +315,10 @@ class ResponseBuilder:
         self._seq = ending[0]["sequence_number"]
         self.status, self._incomplete_reason = "failed", None
         self._error = {"code": _response_error_code(code), "message": message}
-        return [self._emit("error", code=code, message=message, param=None),
-                self._emit("response.failed", response=self.response)]  # fmt: skip
+        return [
+            self._emit("error", code=code, message=message, param=None),
+            self._emit("response.failed", response=self.response),
+        ]
 
     def fail(self, message: str, code: str = "server_error") -> list[Event]:
         """After streaming began: close what is open, then `error` and `response.failed`."""
@@ -390,15 +410,27 @@ class ResponseBuilder:
         item.arguments += segment.text
         if item.field is not None:
             return self._input_delta(item, item.field.feed(segment.text))
-        return [self._emit("response.function_call_arguments.delta", item_id=item.id,
-                           output_index=item.output_index, delta=segment.text)]  # fmt: skip
+        return [
+            self._emit(
+                "response.function_call_arguments.delta",
+                item_id=item.id,
+                output_index=item.output_index,
+                delta=segment.text,
+            )
+        ]
 
     def _input_delta(self, item: _Item, delta: str) -> list[Event]:
         if not delta:
             return []
         item.streamed += delta
-        return [self._emit("response.custom_tool_call_input.delta", item_id=item.id,
-                           output_index=item.output_index, delta=delta)]  # fmt: skip
+        return [
+            self._emit(
+                "response.custom_tool_call_input.delta",
+                item_id=item.id,
+                output_index=item.output_index,
+                delta=delta,
+            )
+        ]
 
     def _call_end(self, segment: Segment) -> list[Event]:
         return self._close("completed")
@@ -406,15 +438,25 @@ class ResponseBuilder:
     def _close_call(self, item: _Item) -> list[Event]:
         where = {"item_id": item.id, "output_index": item.output_index}
         if item.type == "function_call":
-            return [self._emit("response.function_call_arguments.done", **where,
-                               arguments=item.arguments, name=item.name)]  # fmt: skip
+            return [
+                self._emit(
+                    "response.function_call_arguments.done",
+                    **where,
+                    arguments=item.arguments,
+                    name=item.name,
+                )
+            ]
         final = _custom_input(item.arguments)
         # What streamed is kept (done must equal the deltas); the rest, if any, goes now.
-        events = self._input_delta(item, final[len(item.streamed) :]) if final.startswith(
-            item.streamed) else []  # fmt: skip
+        events = (
+            self._input_delta(item, final[len(item.streamed) :])
+            if final.startswith(item.streamed)
+            else []
+        )
         item.arguments = item.streamed
-        events.append(self._emit("response.custom_tool_call_input.done", **where,
-                                 input=item.arguments))  # fmt: skip
+        events.append(
+            self._emit("response.custom_tool_call_input.done", **where, input=item.arguments)
+        )
         return events
 
     def _close(self, status: str) -> list[Event]:
@@ -468,8 +510,11 @@ def _custom_input(arguments: str) -> str:
         value = json.loads(arguments)
     except json.JSONDecodeError:
         return arguments
-    return value["input"] if isinstance(value, dict) and isinstance(value.get("input"), str) else (
-        arguments)  # fmt: skip
+    return (
+        value["input"]
+        if isinstance(value, dict) and isinstance(value.get("input"), str)
+        else (arguments)
+    )
 
 
 _CALL_STEPS: dict[SegmentKind, Callable[[ResponseBuilder, Segment], list[Event]]] = {

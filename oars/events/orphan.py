@@ -14,8 +14,10 @@ from typing import Any
 
 Event = dict[str, Any]
 _PART_EVENT = {"output_text": "response.output_text", "reasoning_text": "response.reasoning_text"}
-_CALL_DONE = {"function_call": ("response.function_call_arguments.done", "arguments"),
-              "custom_tool_call": ("response.custom_tool_call_input.done", "input")}  # fmt: skip
+_CALL_DONE = {
+    "function_call": ("response.function_call_arguments.done", "arguments"),
+    "custom_tool_call": ("response.custom_tool_call_input.done", "input"),
+}
 MESSAGE = "The server running this response stopped before it finished."
 
 
@@ -49,8 +51,10 @@ def _replay(logged: list[Event]) -> tuple[list[dict[str, Any]], _Open | None]:
             current.parts[-1], current.part_open = dict(event["part"]), False
         elif kind in ("response.output_text.delta", "response.reasoning_text.delta"):
             current.parts[-1]["text"] = current.parts[-1].get("text", "") + event["delta"]
-        elif kind in ("response.function_call_arguments.delta",
-                      "response.custom_tool_call_input.delta"):  # fmt: skip
+        elif kind in (
+            "response.function_call_arguments.delta",
+            "response.custom_tool_call_input.delta",
+        ):
             current.arguments += event["delta"]
     return done, current
 
@@ -66,8 +70,10 @@ class _Writer:
 
 
 def _close(w: _Writer, current: _Open) -> dict[str, Any]:
-    item, where = current.item, {"item_id": current.item["id"],
-                                 "output_index": current.output_index}  # fmt: skip
+    item, where = (
+        current.item,
+        {"item_id": current.item["id"], "output_index": current.output_index},
+    )
     if current.parts and current.part_open:
         index, part = len(current.parts) - 1, current.parts[-1]
         part.setdefault("text", "")
@@ -88,8 +94,9 @@ def _close(w: _Writer, current: _Open) -> dict[str, Any]:
     return item
 
 
-def orphan_ending(logged: list[Event], snapshot: dict[str, Any], *, streamed: bool
-                  ) -> tuple[list[Event], dict[str, Any]]:  # fmt: skip
+def orphan_ending(
+    logged: list[Event], snapshot: dict[str, Any], *, streamed: bool
+) -> tuple[list[Event], dict[str, Any]]:
     """The events to append to `logged` (none when the response kept no log) and the final
     snapshot of a response that ends `failed` because its replica died."""
     w = _Writer(logged[-1]["sequence_number"] + 1 if logged else 0)
@@ -100,8 +107,12 @@ def orphan_ending(logged: list[Event], snapshot: dict[str, Any], *, streamed: bo
     done, current = _replay(logged)
     if current is not None:
         done.append(_close(w, current))
-    final = {**snapshot, "status": "failed", "output": done,
-             "error": {"code": "server_error", "message": MESSAGE}}  # fmt: skip
+    final = {
+        **snapshot,
+        "status": "failed",
+        "output": done,
+        "error": {"code": "server_error", "message": MESSAGE},
+    }
     w.emit("error", code="server_error", message=MESSAGE, param=None)
     w.emit("response.failed", response=final)
     return (w.events if streamed else []), final

@@ -41,9 +41,10 @@ access = logging.getLogger("oars.access")
 
 async def list_models(request: Request) -> Response:
     oars = shared(request)
-    models = [api.Model(id=model, object="model", created=oars.started,
-                        owned_by=engine.info.owned_by)
-              for model, engine in oars.service.engines.items()]  # fmt: skip
+    models = [
+        api.Model(id=model, object="model", created=oars.started, owned_by=engine.info.owned_by)
+        for model, engine in oars.service.engines.items()
+    ]
     return JSON(api.ModelList(object="list", data=models).model_dump())
 
 
@@ -51,8 +52,13 @@ async def health(request: Request) -> Response:
     oars = shared(request)
     service = oars.service
     busy = {model: engine.busy for model, engine in service.engines.items()}
-    body = api.Health(status="ok", model=service.default_model, busy=any(busy.values()),
-                      models=busy, running=len(oars.runs.active))  # fmt: skip
+    body = api.Health(
+        status="ok",
+        model=service.default_model,
+        busy=any(busy.values()),
+        models=busy,
+        running=len(oars.runs.active),
+    )
     return JSON(body.model_dump())
 
 
@@ -97,74 +103,204 @@ async def _server_error(request: Request, exc: Exception) -> Response:
     return error(500, "internal server error", "server_error", "server_error")
 
 
-_PAGE = [Param("after", "query", {"type": "string"}, "list after this id"),
-         Param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 100}),
-         Param("order", "query", {"type": "string", "enum": ["asc", "desc"]})]  # fmt: skip
-_INCLUDE = Param("include[]", "query", {"type": "array", "items": {"type": "string"}},
-                 "extra fields to include, e.g. reasoning.encrypted_content")  # fmt: skip
-_RETRIEVE = [_INCLUDE,
-             Param("stream", "query", {"type": "boolean"}, "replay the response's events"),
-             Param("starting_after", "query", {"type": "integer", "minimum": -1},
-                   "with stream: the sequence number to resume after")]  # fmt: skip
+_PAGE = [
+    Param("after", "query", {"type": "string"}, "list after this id"),
+    Param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 100}),
+    Param("order", "query", {"type": "string", "enum": ["asc", "desc"]}),
+]
+_INCLUDE = Param(
+    "include[]",
+    "query",
+    {"type": "array", "items": {"type": "string"}},
+    "extra fields to include, e.g. reasoning.encrypted_content",
+)
+_RETRIEVE = [
+    _INCLUDE,
+    Param("stream", "query", {"type": "boolean"}, "replay the response's events"),
+    Param(
+        "starting_after",
+        "query",
+        {"type": "integer", "minimum": -1},
+        "with stream: the sequence number to resume after",
+    ),
+]
 _CONVERSATION_ITEM = "/v1/conversations/{conversation_id}/items/{item_id}"
 R, C, OPS = "responses", "conversations", "operator"
 
 ENDPOINTS = (
-    Endpoint("POST", "/v1/responses", responses.create, "Create a response (streamed when "
-             "`stream` is true; over a WebSocket on the same path, `response.create` frames "
-             "get one event per frame)", R, api.ResponseCreateParams, api.Response,
-             streams=True),
-    Endpoint("POST", "/v1/responses/compact", responses.compact, "Compact a long history: "
-             "recent user messages kept, the rest summarized into a sealed compaction item", R,
-             api.CompactParams, api.CompactedResponse),
-    Endpoint("POST", "/v1/responses/input_tokens", responses.input_tokens,
-             "Count a request's input tokens", R, api.InputTokenCountParams,
-             api.InputTokenCountResponse),
-    Endpoint("GET", "/v1/responses/{response_id}", responses.retrieve,
-             "Retrieve a stored response, or replay its events", R, returns=api.Response,
-             streams=True, query=_RETRIEVE),
-    Endpoint("DELETE", "/v1/responses/{response_id}", responses.delete,
-             "Delete a stored response", R, returns=api.ResponseDeleted),
-    Endpoint("POST", "/v1/responses/{response_id}/cancel", responses.cancel,
-             "Cancel a background response", R, returns=api.Response),
-    Endpoint("GET", "/v1/responses/{response_id}/input_items", responses.input_items,
-             "List a stored response's input items", R, returns=api.ResponseItemList,
-             query=[*_PAGE, _INCLUDE]),
-    Endpoint("POST", "/v1/conversations", conversations.create, "Create a conversation", C,
-             api.ConversationCreateParams, api.Conversation),
-    Endpoint("GET", "/v1/conversations/{conversation_id}", conversations.retrieve,
-             "Retrieve a conversation", C, returns=api.Conversation),
-    Endpoint("POST", "/v1/conversations/{conversation_id}", conversations.update,
-             "Update a conversation's metadata", C, api.ConversationUpdateParams,
-             api.Conversation),
-    Endpoint("DELETE", "/v1/conversations/{conversation_id}", conversations.delete,
-             "Delete a conversation", C, returns=api.ConversationDeletedResource),
-    Endpoint("GET", "/v1/conversations/{conversation_id}/items", conversations.list_items,
-             "List a conversation's items", C, returns=api.ConversationItemList, query=_PAGE),
-    Endpoint("POST", "/v1/conversations/{conversation_id}/items", conversations.add_items,
-             "Add items to a conversation", C, api.ItemCreateParams, api.ConversationItemList),
-    Endpoint("GET", _CONVERSATION_ITEM, conversations.get_item, "Retrieve a conversation item",
-             C, returns=api.ConversationItem),
-    Endpoint("DELETE", _CONVERSATION_ITEM, conversations.delete_item,
-             "Delete a conversation item", C, returns=api.Conversation),
-    Endpoint("GET", "/v1/models", list_models, "List the models served", OPS,
-             returns=api.ModelList),
-    Endpoint("GET", "/health", health, "Liveness, and which models are generating", OPS,
-             returns=api.Health),
-    Endpoint("GET", "/metrics", metrics, "Prometheus metrics", OPS,
-             returns="text/plain; version=0.0.4"),
-    Endpoint("GET", "/openapi.json", openapi_json, "This document", OPS,
-             returns="application/json"),
+    Endpoint(
+        "POST",
+        "/v1/responses",
+        responses.create,
+        "Create a response (streamed when "
+        "`stream` is true; over a WebSocket on the same path, `response.create` frames "
+        "get one event per frame)",
+        R,
+        api.ResponseCreateParams,
+        api.Response,
+        streams=True,
+    ),
+    Endpoint(
+        "POST",
+        "/v1/responses/compact",
+        responses.compact,
+        "Compact a long history: "
+        "recent user messages kept, the rest summarized into a sealed compaction item",
+        R,
+        api.CompactParams,
+        api.CompactedResponse,
+    ),
+    Endpoint(
+        "POST",
+        "/v1/responses/input_tokens",
+        responses.input_tokens,
+        "Count a request's input tokens",
+        R,
+        api.InputTokenCountParams,
+        api.InputTokenCountResponse,
+    ),
+    Endpoint(
+        "GET",
+        "/v1/responses/{response_id}",
+        responses.retrieve,
+        "Retrieve a stored response, or replay its events",
+        R,
+        returns=api.Response,
+        streams=True,
+        query=_RETRIEVE,
+    ),
+    Endpoint(
+        "DELETE",
+        "/v1/responses/{response_id}",
+        responses.delete,
+        "Delete a stored response",
+        R,
+        returns=api.ResponseDeleted,
+    ),
+    Endpoint(
+        "POST",
+        "/v1/responses/{response_id}/cancel",
+        responses.cancel,
+        "Cancel a background response",
+        R,
+        returns=api.Response,
+    ),
+    Endpoint(
+        "GET",
+        "/v1/responses/{response_id}/input_items",
+        responses.input_items,
+        "List a stored response's input items",
+        R,
+        returns=api.ResponseItemList,
+        query=[*_PAGE, _INCLUDE],
+    ),
+    Endpoint(
+        "POST",
+        "/v1/conversations",
+        conversations.create,
+        "Create a conversation",
+        C,
+        api.ConversationCreateParams,
+        api.Conversation,
+    ),
+    Endpoint(
+        "GET",
+        "/v1/conversations/{conversation_id}",
+        conversations.retrieve,
+        "Retrieve a conversation",
+        C,
+        returns=api.Conversation,
+    ),
+    Endpoint(
+        "POST",
+        "/v1/conversations/{conversation_id}",
+        conversations.update,
+        "Update a conversation's metadata",
+        C,
+        api.ConversationUpdateParams,
+        api.Conversation,
+    ),
+    Endpoint(
+        "DELETE",
+        "/v1/conversations/{conversation_id}",
+        conversations.delete,
+        "Delete a conversation",
+        C,
+        returns=api.ConversationDeletedResource,
+    ),
+    Endpoint(
+        "GET",
+        "/v1/conversations/{conversation_id}/items",
+        conversations.list_items,
+        "List a conversation's items",
+        C,
+        returns=api.ConversationItemList,
+        query=_PAGE,
+    ),
+    Endpoint(
+        "POST",
+        "/v1/conversations/{conversation_id}/items",
+        conversations.add_items,
+        "Add items to a conversation",
+        C,
+        api.ItemCreateParams,
+        api.ConversationItemList,
+    ),
+    Endpoint(
+        "GET",
+        _CONVERSATION_ITEM,
+        conversations.get_item,
+        "Retrieve a conversation item",
+        C,
+        returns=api.ConversationItem,
+    ),
+    Endpoint(
+        "DELETE",
+        _CONVERSATION_ITEM,
+        conversations.delete_item,
+        "Delete a conversation item",
+        C,
+        returns=api.Conversation,
+    ),
+    Endpoint(
+        "GET", "/v1/models", list_models, "List the models served", OPS, returns=api.ModelList
+    ),
+    Endpoint(
+        "GET",
+        "/health",
+        health,
+        "Liveness, and which models are generating",
+        OPS,
+        returns=api.Health,
+    ),
+    Endpoint(
+        "GET", "/metrics", metrics, "Prometheus metrics", OPS, returns="text/plain; version=0.0.4"
+    ),
+    Endpoint(
+        "GET", "/openapi.json", openapi_json, "This document", OPS, returns="application/json"
+    ),
     Endpoint("GET", "/docs", docs, "This document as a page", OPS, returns="text/html"),
     Endpoint("GET", "/", pages.playground, "The playground page", OPS, returns="text/html"),
-    Endpoint("GET", "/static/{name}", pages.static, "The playground's files", OPS,
-             returns="*/*"),
-    Endpoint("GET", "/oars/responses", pages.recent, "The latest stored responses "
-             "(for the playground)", OPS, returns=api.ResponseList,
-             query=[Param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 100})]),
-    Endpoint("POST", "/oars/validate", pages.validate, "The stream validator's verdict on a "
-             "stream of server-sent events", OPS, "text/event-stream", api.ValidationReport),
-)  # fmt: skip
+    Endpoint("GET", "/static/{name}", pages.static, "The playground's files", OPS, returns="*/*"),
+    Endpoint(
+        "GET",
+        "/oars/responses",
+        pages.recent,
+        "The latest stored responses (for the playground)",
+        OPS,
+        returns=api.ResponseList,
+        query=[Param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 100})],
+    ),
+    Endpoint(
+        "POST",
+        "/oars/validate",
+        pages.validate,
+        "The stream validator's verdict on a stream of server-sent events",
+        OPS,
+        "text/event-stream",
+        api.ValidationReport,
+    ),
+)
 ROUTES = [endpoint.route() for endpoint in ENDPOINTS]
 SOCKETS = [WebSocketRoute("/v1/responses", websocket.responses_socket)]
 
@@ -177,16 +313,28 @@ def default_replica(port: int | None = None) -> str:
     )
 
 
-def create_app(service: ResponsesService, store: Store | None = None, *,
-               replica: str | None = None, lease_seconds: float = 10.0,
-               limits: Limits = DEFAULT_LIMITS, api_keys: Sequence[str] = (),
-               public: Sequence[str] = ("/health", "/metrics")) -> Starlette:  # fmt: skip
+def create_app(
+    service: ResponsesService,
+    store: Store | None = None,
+    *,
+    replica: str | None = None,
+    lease_seconds: float = 10.0,
+    limits: Limits = DEFAULT_LIMITS,
+    api_keys: Sequence[str] = (),
+    public: Sequence[str] = ("/health", "/metrics"),
+) -> Starlette:
     """`store` None: nothing is kept (`store` is echoed false; stored-state endpoints 404)."""
     metrics = Metrics()
     store = timed_store(store, metrics) if store is not None else None
-    runs = Runs(service, store, replica=replica or default_replica(), lease_seconds=lease_seconds,
-                metrics=metrics, concurrent_per_key=limits.concurrent_per_key,
-                request_timeout=limits.request_timeout)  # fmt: skip
+    runs = Runs(
+        service,
+        store,
+        replica=replica or default_replica(),
+        lease_seconds=lease_seconds,
+        metrics=metrics,
+        concurrent_per_key=limits.concurrent_per_key,
+        request_timeout=limits.request_timeout,
+    )
     metrics.load = runs.load
     for engine in service.engines.values():
         if isinstance(engine, UpstreamEngine):
@@ -203,9 +351,13 @@ def create_app(service: ResponsesService, store: Store | None = None, *,
             if store is not None:
                 await store.close()
 
-    handlers = {ClientError: _client_error, EngineError: _engine_error,
-                StoreUnavailable: _store_error, HTTPException: _http_error,
-                Exception: _server_error}  # fmt: skip
+    handlers = {
+        ClientError: _client_error,
+        EngineError: _engine_error,
+        StoreUnavailable: _store_error,
+        HTTPException: _http_error,
+        Exception: _server_error,
+    }
     app = Starlette(routes=[*ROUTES, *SOCKETS], exception_handlers=handlers, lifespan=lifespan)  # type: ignore[arg-type]
     app.state.oars = Shared(service, runs, store, int(time.time()), metrics, limits)
     if api_keys:
@@ -242,9 +394,19 @@ class Observed:
             seconds = time.monotonic() - started
             method, path = scope["method"], scope["path"]
             self.metrics.request_done(method, _route_of(scope), status, seconds)
-            access.info("%s %s %d %.0f ms", method, path[:200], status, seconds * 1000,
-                        extra={"method": method, "path": path[:200], "status": status,
-                               "duration_ms": round(seconds * 1000, 1)})  # fmt: skip
+            access.info(
+                "%s %s %d %.0f ms",
+                method,
+                path[:200],
+                status,
+                seconds * 1000,
+                extra={
+                    "method": method,
+                    "path": path[:200],
+                    "status": status,
+                    "duration_ms": round(seconds * 1000, 1),
+                },
+            )
             logs.request_id.reset(token)
 
 
@@ -273,10 +435,17 @@ class Auth:
         given = _bearer(scope)
         found = self.tenants.get(hashlib.sha256(given.encode()).digest()) if given else None
         if found is None:
-            message = ("Incorrect API key provided." if given else "You didn't provide an API "
-                       "key: send it as 'Authorization: Bearer KEY'.")  # fmt: skip
-            body = error(401, message, "invalid_request_error",
-                         "invalid_api_key" if given else "missing_api_key")  # fmt: skip
+            message = (
+                "Incorrect API key provided."
+                if given
+                else "You didn't provide an API key: send it as 'Authorization: Bearer KEY'."
+            )
+            body = error(
+                401,
+                message,
+                "invalid_request_error",
+                "invalid_api_key" if given else "missing_api_key",
+            )
             body.headers["www-authenticate"] = "Bearer"
             if scope["type"] == "websocket":
                 return await _deny(WebSocket(scope, receive, send), body)

@@ -82,8 +82,9 @@ def store_of(request: Request) -> Store:
     return scoped(store, tenant_of(request))
 
 
-def error(status: int, message: str, type_: str, code: str | None, param: str | None = None
-          ) -> JSON:  # fmt: skip
+def error(
+    status: int, message: str, type_: str, code: str | None, param: str | None = None
+) -> JSON:
     body = {"error": {"message": message, "type": type_, "param": param, "code": code}}
     return JSON(body, status_code=status)
 
@@ -104,8 +105,9 @@ async def read_body(request: Request) -> bytes:
                     raise TooLarge(limit)
                 chunks.append(chunk)
     except TimeoutError as exc:
-        raise RequestTimeout(f"The request body did not arrive within {limits.body_seconds} s."
-                             ) from exc  # fmt: skip
+        raise RequestTimeout(
+            f"The request body did not arrive within {limits.body_seconds} s."
+        ) from exc
     return b"".join(chunks)
 
 
@@ -125,9 +127,12 @@ def parse_json(raw: bytes) -> Any:
     if b"\\ud" in raw or b"\\uD" in raw:  # only an escape can make a lone surrogate
         where = lone_surrogate(value)
         if where is not None:
-            raise InvalidRequest(f"Invalid '{where}': the string holds a lone surrogate escape "
-                                 "(\\ud800-\\udfff without its pair), which is not Unicode text.",
-                                 param=where, code="invalid_unicode")  # fmt: skip
+            raise InvalidRequest(
+                f"Invalid '{where}': the string holds a lone surrogate escape "
+                "(\\ud800-\\udfff without its pair), which is not Unicode text.",
+                param=where,
+                code="invalid_unicode",
+            )
     return value
 
 
@@ -169,27 +174,34 @@ def query_int(request: Request, name: str, default: int, lo: int, hi: int) -> in
     except ValueError:
         value = lo - 1
     if not lo <= value <= hi:
-        raise InvalidRequest(f"Invalid '{name}': expected an integer from {lo} to {hi}.",
-                             param=name)  # fmt: skip
+        raise InvalidRequest(
+            f"Invalid '{name}': expected an integer from {lo} to {hi}.", param=name
+        )
     return value
 
 
 def query_choice(request: Request, name: str, allowed: tuple[str, ...], default: str) -> str:
     value = request.query_params.get(name, default)
     if value not in allowed:
-        raise InvalidRequest(f"Invalid '{name}': expected one of {', '.join(allowed)}.",
-                             param=name)  # fmt: skip
+        raise InvalidRequest(f"Invalid '{name}': expected one of {', '.join(allowed)}.", param=name)
     return value
 
 
 def list_page(request: Request, default_order: str = "desc") -> dict[str, Any]:
     """`after`, `limit` (1-100, default 20) and `order` of a list endpoint."""
-    return {"after": request.query_params.get("after"),
-            "limit": query_int(request, "limit", 20, 1, 100),
-            "order": query_choice(request, "order", ("asc", "desc"), default_order)}  # fmt: skip
+    return {
+        "after": request.query_params.get("after"),
+        "limit": query_int(request, "limit", 20, 1, 100),
+        "order": query_choice(request, "order", ("asc", "desc"), default_order),
+    }
 
 
 def page_wire(page: Page) -> dict[str, Any]:
     data = page.items
-    return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
-            "last_id": data[-1]["id"] if data else None, "has_more": page.has_more}  # fmt: skip
+    return {
+        "object": "list",
+        "data": data,
+        "first_id": data[0]["id"] if data else None,
+        "last_id": data[-1]["id"] if data else None,
+        "has_more": page.has_more,
+    }

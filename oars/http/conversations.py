@@ -22,20 +22,23 @@ def _items(body: dict[str, Any], *, required: bool) -> tuple[dict[str, Any], ...
     if raw is None and not required:
         return ()
     if not isinstance(raw, list) or (required and not raw) or len(raw) > _MAX_ITEMS:
-        raise InvalidRequest(f"Invalid 'items': expected an array of 1 to {_MAX_ITEMS} items.",
-                             param="items")  # fmt: skip
+        raise InvalidRequest(
+            f"Invalid 'items': expected an array of 1 to {_MAX_ITEMS} items.", param="items"
+        )
     validate_items(raw, "items")
     if any(i.get("type") == "item_reference" for i in raw):
-        raise InvalidRequest("Invalid 'items': an item_reference cannot be added to a "
-                             "conversation.", param="items")  # fmt: skip
+        raise InvalidRequest(
+            "Invalid 'items': an item_reference cannot be added to a conversation.", param="items"
+        )
     return canonical_input(raw)
 
 
 async def _body(request: Request) -> dict[str, Any]:
     body = await read_json(request)
     if not isinstance(body, dict):
-        raise InvalidRequest("The request body must be a JSON object.", param=None,
-                             code="invalid_type")  # fmt: skip
+        raise InvalidRequest(
+            "The request body must be a JSON object.", param=None, code="invalid_type"
+        )
     return body
 
 
@@ -48,8 +51,7 @@ def _wire(item: dict[str, Any]) -> dict[str, Any]:
 
 
 def _missing(conversation_id: str) -> NotFound:
-    return NotFound(f"Conversation with id '{conversation_id}' not found.",
-                    param="conversation_id")  # fmt: skip
+    return NotFound(f"Conversation with id '{conversation_id}' not found.", param="conversation_id")
 
 
 async def create(request: Request) -> Response:
@@ -72,10 +74,12 @@ async def update(request: Request) -> Response:
     conversation_id = path_id(request, "conversation_id")
     body = await _body(request)
     if "metadata" not in body:
-        raise InvalidRequest("Missing required parameter: 'metadata'.", param="metadata",
-                             code="missing_required_parameter")  # fmt: skip
-    updated = await store_of(request).update_conversation(conversation_id,
-                                                          validate_metadata(body))  # fmt: skip
+        raise InvalidRequest(
+            "Missing required parameter: 'metadata'.",
+            param="metadata",
+            code="missing_required_parameter",
+        )
+    updated = await store_of(request).update_conversation(conversation_id, validate_metadata(body))
     if updated is None:
         raise _missing(conversation_id)
     return JSON(updated.wire())
@@ -85,8 +89,7 @@ async def delete(request: Request) -> Response:
     conversation_id = path_id(request, "conversation_id")
     if not await store_of(request).delete_conversation(conversation_id):
         raise _missing(conversation_id)
-    return JSON({"id": conversation_id, "object": "conversation.deleted",
-                         "deleted": True})  # fmt: skip
+    return JSON({"id": conversation_id, "object": "conversation.deleted", "deleted": True})
 
 
 async def list_items(request: Request) -> Response:
@@ -112,8 +115,10 @@ async def get_item(request: Request) -> Response:
     )
     item = await store_of(request).get_conversation_item(conversation_id, item_id)
     if item is None:
-        raise NotFound(f"Item with id '{item_id}' not found in conversation "
-                       f"'{conversation_id}'.", param="item_id")  # fmt: skip
+        raise NotFound(
+            f"Item with id '{item_id}' not found in conversation '{conversation_id}'.",
+            param="item_id",
+        )
     return JSON(_wire(item))
 
 
@@ -124,8 +129,10 @@ async def delete_item(request: Request) -> Response:
     )
     store = store_of(request)
     if not await store.delete_conversation_item(conversation_id, item_id):
-        raise NotFound(f"Item with id '{item_id}' not found in conversation "
-                       f"'{conversation_id}'.", param="item_id")  # fmt: skip
+        raise NotFound(
+            f"Item with id '{item_id}' not found in conversation '{conversation_id}'.",
+            param="item_id",
+        )
     conversation = await store.get_conversation(conversation_id)
     if conversation is None:
         raise _missing(conversation_id)

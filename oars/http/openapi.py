@@ -69,10 +69,15 @@ def _operation(e: Endpoint, schemas: dict[Any, dict[str, Any]]) -> dict[str, Any
     params = [*_path_params(e.path), *e.query]
     if params:
         op["parameters"] = [
-            {"name": p.name, "in": p.where, "required": p.where == "path", "schema": p.schema,
-             **({"description": p.description} if p.description else {})}
+            {
+                "name": p.name,
+                "in": p.where,
+                "required": p.where == "path",
+                "schema": p.schema,
+                **({"description": p.description} if p.description else {}),
+            }
             for p in params
-        ]  # fmt: skip
+        ]
     if e.body is not None:
         op["requestBody"] = {"required": True, "content": _content(e.body, schemas)}
     ok: dict[str, Any] = {"description": "OK"}
@@ -93,10 +98,16 @@ def _operation(e: Endpoint, schemas: dict[Any, dict[str, Any]]) -> dict[str, Any
 def _sse(schemas: dict[Any, dict[str, Any]]) -> dict[str, Any]:
     """One server-sent event, as OpenAPI describes them: `event` names it, `data` holds the
     event as JSON (`contentSchema`)."""
-    data = {"type": "string", "contentMediaType": "application/json",
-            "contentSchema": schemas[api.ResponseStreamEvent]}  # fmt: skip
-    return {"type": "object", "required": ["data"],
-            "properties": {"event": {"type": "string"}, "data": data}}  # fmt: skip
+    data = {
+        "type": "string",
+        "contentMediaType": "application/json",
+        "contentSchema": schemas[api.ResponseStreamEvent],
+    }
+    return {
+        "type": "object",
+        "required": ["data"],
+        "properties": {"event": {"type": "string"}, "data": data},
+    }
 
 
 def _types(endpoints: Sequence[Endpoint]) -> list[Any]:
@@ -122,11 +133,14 @@ def document(endpoints: Sequence[Endpoint]) -> dict[str, Any]:
         paths.setdefault(e.path, {})[e.method.lower()] = _operation(e, schemas)
     return {
         "openapi": "3.1.0",
-        "info": {"title": "oars", "version": __version__,
-                 "description": "An OpenAI Responses API server for open-weight models."},
+        "info": {
+            "title": "oars",
+            "version": __version__,
+            "description": "An OpenAI Responses API server for open-weight models.",
+        },
         "paths": paths,
         "components": {"schemas": components},
-    }  # fmt: skip
+    }
 
 
 def _require(schema: dict[str, Any], components: dict[str, Any], name: str) -> None:
@@ -168,16 +182,19 @@ def docs_page(endpoints: Sequence[Endpoint]) -> str:
 def _docs_row(method: str, path: str, op: dict[str, Any]) -> str:
     params = "".join(
         f"<li><code>{html.escape(p['name'])}</code> ({p['in']}) "
-        f"{html.escape(p.get('description', ''))}</li>" for p in op.get("parameters", [])
-    )  # fmt: skip
+        f"{html.escape(p.get('description', ''))}</li>"
+        for p in op.get("parameters", [])
+    )
     body = op.get("requestBody", {}).get("content", {})
     answers = op["responses"]["200"].get("content", {})
     return (
         f'<section id="{op["operationId"]}"><h3><span class="m {method}">{method.upper()}</span> '
         f"<code>{html.escape(path)}</code></h3><p>{html.escape(op['summary'])}</p>"
         + (f"<ul>{params}</ul>" if params else "")
-        + _schemas("Request body", body) + _schemas("Answer", answers) + "</section>"
-    )  # fmt: skip
+        + _schemas("Request body", body)
+        + _schemas("Answer", answers)
+        + "</section>"
+    )
 
 
 def _schemas(title: str, content: dict[str, Any]) -> str:
@@ -186,8 +203,10 @@ def _schemas(title: str, content: dict[str, Any]) -> str:
     parts = []
     for media, entry in content.items():
         schema = json.dumps(entry.get("schema", {}), indent=1)[:4000]
-        parts.append(f"<details><summary>{html.escape(title)}: <code>{html.escape(media)}</code>"
-                     f"</summary><pre>{html.escape(schema)}</pre></details>")  # fmt: skip
+        parts.append(
+            f"<details><summary>{html.escape(title)}: <code>{html.escape(media)}</code>"
+            f"</summary><pre>{html.escape(schema)}</pre></details>"
+        )
     return "".join(parts)
 
 

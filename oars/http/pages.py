@@ -13,8 +13,13 @@ from oars.errors import NotFound
 from oars.http.common import JSON, query_int, read_body, store_of
 from oars.validator import validate_sse
 
-_TYPES = {"html": "text/html; charset=utf-8", "js": "text/javascript; charset=utf-8",
-          "css": "text/css; charset=utf-8", "png": "image/png", "svg": "image/svg+xml"}  # fmt: skip
+_TYPES = {
+    "html": "text/html; charset=utf-8",
+    "js": "text/javascript; charset=utf-8",
+    "css": "text/css; charset=utf-8",
+    "png": "image/png",
+    "svg": "image/svg+xml",
+}
 
 
 def _file(name: str) -> Response:
@@ -43,6 +48,10 @@ async def recent(request: Request) -> Response:
 async def validate(request: Request) -> Response:
     raw = await read_body(request)
     report = validate_sse(raw.decode("utf-8", errors="replace"))
-    verdict = api.ValidationReport(ok=report.ok, violations=[v.describe() for v in report.violations],
-                                   events=len(report.events), final=report.final)  # fmt: skip
+    verdict = api.ValidationReport(
+        ok=report.ok,
+        violations=[v.describe() for v in report.violations],
+        events=len(report.events),
+        final=report.final,
+    )
     return JSON(verdict.model_dump())

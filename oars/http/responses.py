@@ -47,8 +47,9 @@ _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 def _sse(events: AsyncIterator[Event]) -> StreamingResponse:
-    return StreamingResponse(encode_stream(events), media_type="text/event-stream",
-                             headers=_SSE_HEADERS)  # fmt: skip
+    return StreamingResponse(
+        encode_stream(events), media_type="text/event-stream", headers=_SSE_HEADERS
+    )
 
 
 async def _request(request: Request) -> ResponseRequest:
@@ -59,10 +60,13 @@ def prepare(oars: Shared, body: Any, tenant: str) -> ResponseRequest:
     """A create body, validated for this server and this tenant (the HTTP and WebSocket
     transports both start here)."""
     service = oars.service
-    req = normalize(body, served_model=service.default_model,
-                    default_temperature=service.default_temperature,
-                    can_store=oars.store is not None,
-                    unseal=service.sealer.unseal if service.sealer else None)  # fmt: skip
+    req = normalize(
+        body,
+        served_model=service.default_model,
+        default_temperature=service.default_temperature,
+        can_store=oars.store is not None,
+        unseal=service.sealer.unseal if service.sealer else None,
+    )
     return _capped(replace(req, tenant=tenant), oars.limits.max_output_tokens)
 
 
@@ -72,8 +76,10 @@ def _capped(req: ResponseRequest, cap: int | None) -> ResponseRequest:
     if cap is None or (asked is not None and asked <= cap):
         return req
     if asked is not None:
-        raise InvalidRequest(f"Invalid 'max_output_tokens': {asked} is more than this server "
-                             f"allows ({cap}).", param="max_output_tokens")  # fmt: skip
+        raise InvalidRequest(
+            f"Invalid 'max_output_tokens': {asked} is more than this server allows ({cap}).",
+            param="max_output_tokens",
+        )
     sampling = replace(req.engine.sampling, max_output_tokens=cap)
     return replace(req, engine=replace(req.engine, sampling=sampling))
 
@@ -131,8 +137,9 @@ def _include(request: Request) -> list[str]:
     values = request.query_params.getlist("include[]") + request.query_params.getlist("include")
     for i, value in enumerate(values):
         if value not in INCLUDABLE:
-            raise InvalidRequest(f"Invalid 'include[{i}]': unknown value {value!r}.",
-                                 param=f"include[{i}]")  # fmt: skip
+            raise InvalidRequest(
+                f"Invalid 'include[{i}]': unknown value {value!r}.", param=f"include[{i}]"
+            )
     return values
 
 
@@ -142,11 +149,16 @@ def _with_encrypted_reasoning(request: Request, snapshot: dict[str, Any]) -> dic
     if sealer is None:
         return snapshot
     output = [
-        {**item, "encrypted_content": sealer.seal(
-            "".join(p.get("text", "") for p in item.get("content") or []))}
-        if item.get("type") == "reasoning" and not item.get("encrypted_content") else item
+        {
+            **item,
+            "encrypted_content": sealer.seal(
+                "".join(p.get("text", "") for p in item.get("content") or [])
+            ),
+        }
+        if item.get("type") == "reasoning" and not item.get("encrypted_content")
+        else item
         for item in snapshot["output"]
-    ]  # fmt: skip
+    ]
     return {**snapshot, "output": output}
 
 
@@ -163,8 +175,11 @@ async def retrieve(request: Request) -> Response:
             return JSON(_with_encrypted_reasoning(request, stored.snapshot))
         return JSON(stored.snapshot)
     if not stored.streamed:
-        raise InvalidRequest("This response was neither streamed nor run in the background: it "
-                             "has no events to stream.", param="stream")  # fmt: skip
+        raise InvalidRequest(
+            "This response was neither streamed nor run in the background: it "
+            "has no events to stream.",
+            param="stream",
+        )
     after = query_int(request, "starting_after", -1, -1, 2**31 - 1)
     return _sse(runs.follow(response_id, after))
 
@@ -183,8 +198,9 @@ async def delete(request: Request) -> Response:
 
 async def cancel(request: Request) -> Response:
     store_of(request)
-    snapshot = await shared(request).runs.cancel(path_id(request, "response_id"),
-                                                 tenant_of(request))  # fmt: skip
+    snapshot = await shared(request).runs.cancel(
+        path_id(request, "response_id"), tenant_of(request)
+    )
     return JSON(snapshot)
 
 
@@ -200,14 +216,20 @@ async def input_items(request: Request) -> Response:
 async def compact(request: Request) -> Response:
     oars = shared(request)
     service = oars.service
-    req = normalize_compact(await read_json(request),
-                            unseal=service.sealer.unseal if service.sealer else None)  # fmt: skip
+    req = normalize_compact(
+        await read_json(request), unseal=service.sealer.unseal if service.sealer else None
+    )
     store = scoped(oars.store, tenant_of(request)) if oars.store else None
     items = await items_of(req.previous_response_id, req.input_items, store)
     compacted = await compactor.compact(service, req.model, items)
     oars.metrics.compacted(req.model, "endpoint")
-    body = {"id": new_id("resp"), "object": "response.compaction", "created_at": int(time.time()),
-            "output": [*compacted.kept, compacted.item], "usage": compacted.usage}  # fmt: skip
+    body = {
+        "id": new_id("resp"),
+        "object": "response.compaction",
+        "created_at": int(time.time()),
+        "output": [*compacted.kept, compacted.item],
+        "usage": compacted.usage,
+    }
     return JSON(body)
 
 

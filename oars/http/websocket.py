@@ -92,9 +92,18 @@ class _Socket:
             return
         except Exception:
             log.exception("websocket response.create")
-            await self._error(previous, 500, {"error": {
-                "type": "server_error", "code": "server_error", "message": "internal server "
-                "error", "param": None}})  # fmt: skip
+            await self._error(
+                previous,
+                500,
+                {
+                    "error": {
+                        "type": "server_error",
+                        "code": "server_error",
+                        "message": "internal server error",
+                        "param": None,
+                    }
+                },
+            )
             return
         self.oars.metrics.socket_request("response")
         self.running = handle
@@ -148,11 +157,17 @@ def _create_body(frame: str) -> Any:
         raise InvalidRequest("A frame must be a JSON object.", param=None, code="invalid_type")
     kind = message.get("type")
     if kind != "response.create":
-        raise InvalidRequest(f"Invalid 'type': {kind!r}; this socket accepts 'response.create'.",
-                             param="type", code="invalid_value")  # fmt: skip
+        raise InvalidRequest(
+            f"Invalid 'type': {kind!r}; this socket accepts 'response.create'.",
+            param="type",
+            code="invalid_value",
+        )
     if message.get("background"):
-        raise InvalidRequest("'background' is not supported over a WebSocket: a response runs "
-                             "while its socket is open.", param="background")  # fmt: skip
+        raise InvalidRequest(
+            "'background' is not supported over a WebSocket: a response runs "
+            "while its socket is open.",
+            param="background",
+        )
     return {k: v for k, v in message.items() if k != "type" and k not in _NOT_ON_A_SOCKET}
 
 

@@ -70,19 +70,26 @@ def markers_of(tool_format: str, think_tags: tuple[str, str] | None) -> frozense
 
 
 def output_parser(
-    *, think_tags: tuple[str, str] | None, in_reasoning: bool, tool_names: frozenset[str],
-    tool_format: str | None = "hermes", string_params: Mapping[str, frozenset[str]] | None = None,
-) -> OutputParser:  # fmt: skip
+    *,
+    think_tags: tuple[str, str] | None,
+    in_reasoning: bool,
+    tool_names: frozenset[str],
+    tool_format: str | None = "hermes",
+    string_params: Mapping[str, frozenset[str]] | None = None,
+) -> OutputParser:
     """The parser for one generation: calls are recognized only for `tool_names` (none with
     no `tool_format`); `string_params` (per tool, its string-typed parameters) types
     Qwen3-Coder's XML values."""
     if tool_format == "harmony":  # channels carry reasoning, answer and calls alike
         return HarmonyParser(tool_names)
-    first: Parser = ThinkParser(*think_tags, in_reasoning=in_reasoning) if think_tags else (
-        PassThrough())  # fmt: skip
+    first: Parser = (
+        ThinkParser(*think_tags, in_reasoning=in_reasoning) if think_tags else (PassThrough())
+    )
     second: Parser = (
-        Qwen3CoderParser(tool_names, string_params) if tool_format == "qwen3_coder"
-        else HermesParser(tool_names) if tool_format == "hermes"
+        Qwen3CoderParser(tool_names, string_params)
+        if tool_format == "qwen3_coder"
+        else HermesParser(tool_names)
+        if tool_format == "hermes"
         else PassThrough()
-    )  # fmt: skip
+    )
     return Chain(first, second)

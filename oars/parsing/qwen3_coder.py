@@ -84,9 +84,10 @@ class Qwen3CoderParser:
     """TEXT and CALL_* segments from Qwen3-Coder output (run it on the answer text)."""
 
     def __init__(
-        self, names: frozenset[str] | None = None,
+        self,
+        names: frozenset[str] | None = None,
         string_params: Mapping[str, frozenset[str]] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """`names`: the tools the model may call (None: any, for transcripts without a request);
         `string_params`: per tool, the parameters its schema types as strings."""
         self.names, self.string_params = names, string_params or {}

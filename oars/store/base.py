@@ -72,8 +72,12 @@ class Conversation:
     tenant: str = ""
 
     def wire(self) -> Json:
-        return {"id": self.id, "object": "conversation", "created_at": self.created_at,
-                "metadata": dict(self.metadata)}  # fmt: skip
+        return {
+            "id": self.id,
+            "object": "conversation",
+            "created_at": self.created_at,
+            "metadata": dict(self.metadata),
+        }
 
 
 class Store(Protocol):
@@ -87,8 +91,9 @@ class Store(Protocol):
         """Keep a response that starts now, with its input items."""
         ...
 
-    async def append_events(self, response_id: str, events: Sequence[Json],
-                            snapshot: Json | None = None) -> None:  # fmt: skip
+    async def append_events(
+        self, response_id: str, events: Sequence[Json], snapshot: Json | None = None
+    ) -> None:
         """Add to the event log; with `snapshot`, also keep the response as it is now (so that
         other replicas see it running)."""
         ...
@@ -105,15 +110,17 @@ class Store(Protocol):
         """The latest responses' snapshots, newest first (of one tenant, if given)."""
         ...
 
-    async def input_items(self, response_id: str, *, after: str | None, limit: int,
-                          order: str) -> Page | None: ...  # fmt: skip
+    async def input_items(
+        self, response_id: str, *, after: str | None, limit: int, order: str
+    ) -> Page | None: ...
 
     async def context(self, response_id: str) -> list[Json] | None:
         """The previous response's input items, then its output items (for chaining)."""
         ...
 
-    async def find_items(self, item_ids: Sequence[str], *,
-                         tenant: str | None = None) -> dict[str, Json]:  # fmt: skip
+    async def find_items(
+        self, item_ids: Sequence[str], *, tenant: str | None = None
+    ) -> dict[str, Json]:
         """Items by id, from any response's input or output, or any conversation (of one
         tenant, if given)."""
         ...
@@ -122,8 +129,9 @@ class Store(Protocol):
 
     async def request_cancel(self, response_id: str) -> StoredResponse | None: ...
 
-    async def heartbeat(self, owner: str, response_ids: Sequence[str], *,
-                        lease_seconds: float) -> list[str]:  # fmt: skip
+    async def heartbeat(
+        self, owner: str, response_ids: Sequence[str], *, lease_seconds: float
+    ) -> list[str]:
         """Extend the leases of these running responses; return those asked to cancel."""
         ...
 
@@ -133,21 +141,28 @@ class Store(Protocol):
 
     # ---- conversations ------------------------------------------------------------------
 
-    async def create_conversation(self, conversation: Conversation,
-                                  items: Sequence[Json]) -> None: ...  # fmt: skip
+    async def create_conversation(
+        self, conversation: Conversation, items: Sequence[Json]
+    ) -> None: ...
 
     async def get_conversation(self, conversation_id: str) -> Conversation | None: ...
 
-    async def update_conversation(self, conversation_id: str,
-                                  metadata: Mapping[str, str]) -> Conversation | None: ...  # fmt: skip
+    async def update_conversation(
+        self, conversation_id: str, metadata: Mapping[str, str]
+    ) -> Conversation | None: ...
 
     async def delete_conversation(self, conversation_id: str) -> bool: ...
 
-    async def conversation_items(self, conversation_id: str, *, after: str | None = None,
-                                 limit: int | None = None, order: str = "asc") -> Page | None: ...  # fmt: skip
+    async def conversation_items(
+        self,
+        conversation_id: str,
+        *,
+        after: str | None = None,
+        limit: int | None = None,
+        order: str = "asc",
+    ) -> Page | None: ...
 
-    async def add_conversation_items(self, conversation_id: str,
-                                     items: Sequence[Json]) -> bool: ...  # fmt: skip
+    async def add_conversation_items(self, conversation_id: str, items: Sequence[Json]) -> bool: ...
 
     async def get_conversation_item(self, conversation_id: str, item_id: str) -> Json | None: ...
 

@@ -94,8 +94,9 @@ def _v2(conn: Connection) -> None:
     """Stored data belongs to the API key that made it (`tenant`, '' without keys)."""
     for table in ("responses", "conversations"):
         if "tenant" not in {c["name"] for c in inspect(conn).get_columns(table)}:
-            conn.execute(text(f"ALTER TABLE {table} ADD COLUMN tenant VARCHAR(64) NOT NULL "
-                              "DEFAULT ''"))  # fmt: skip
+            conn.execute(
+                text(f"ALTER TABLE {table} ADD COLUMN tenant VARCHAR(64) NOT NULL DEFAULT ''")
+            )
 
 
 # Step N brings the schema from version N-1 to N. Append; never edit a released step.

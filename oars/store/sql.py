@@ -48,9 +48,11 @@ def dumps(value: Any) -> str:
 
 def database_url(spec: str) -> str:
     """`postgresql://…`, `sqlite:///path` or a plain file path → an async SQLAlchemy URL."""
-    for prefix, driver in (("postgresql://", "postgresql+asyncpg://"),
-                           ("postgres://", "postgresql+asyncpg://"),
-                           ("sqlite://", "sqlite+aiosqlite://")):  # fmt: skip
+    for prefix, driver in (
+        ("postgresql://", "postgresql+asyncpg://"),
+        ("postgres://", "postgresql+asyncpg://"),
+        ("sqlite://", "sqlite+aiosqlite://"),
+    ):
         if spec.startswith(prefix):
             return driver + spec[len(prefix) :]
     if "://" in spec:
@@ -64,15 +66,24 @@ def _guard(method: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Coroutine
         try:
             return await method(*args, **kwargs)
         except (SQLAlchemyError, OSError, TimeoutError, ConnectionError) as exc:
-            raise StoreUnavailable(f"The response store is unavailable: {type(exc).__name__}"
-                                   ) from exc  # fmt: skip
+            raise StoreUnavailable(
+                f"The response store is unavailable: {type(exc).__name__}"
+            ) from exc
 
     return guarded
 
 
 def _item_rows(response_id: str, kind: str, items: Sequence[Json]) -> list[dict[str, Any]]:
-    return [{"response_id": response_id, "kind": kind, "position": i, "item_id": item["id"],
-             "item": dumps(item)} for i, item in enumerate(items)]  # fmt: skip
+    return [
+        {
+            "response_id": response_id,
+            "kind": kind,
+            "position": i,
+            "item_id": item["id"],
+            "item": dumps(item),
+        }
+        for i, item in enumerate(items)
+    ]
 
 
 def _page(items: list[Json], *, after: str | None, limit: int | None, order: str) -> Page | None:
@@ -99,9 +110,12 @@ class SqlStore:
             self.engine = create_async_engine(url, connect_args={"timeout": 30})
             event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
         else:
-            self.engine = create_async_engine(url, pool_pre_ping=True, pool_size=10,
-                                              connect_args={"timeout": 10,
-                                                            "command_timeout": 30})  # fmt: skip
+            self.engine = create_async_engine(
+                url,
+                pool_pre_ping=True,
+                pool_size=10,
+                connect_args={"timeout": 10, "command_timeout": 30},
+            )
 
     async def open(self) -> None:
         """Create or upgrade the schema."""
@@ -119,31 +133,51 @@ class SqlStore:
     async def begin(self, new: NewResponse, *, lease_seconds: float) -> None:
         r = new.response
         async with self.engine.begin() as conn:
-            await conn.execute(insert(responses).values(
-                id=r.id, status=r.status, background=r.background, streamed=r.streamed,
-                owner=r.owner, lease_until=time.time() + lease_seconds, cancel_requested=False,
-                conversation_id=new.conversation_id, created_at=int(r.snapshot["created_at"]),
-                snapshot=dumps(r.snapshot), tenant=r.tenant,
-            ))  # fmt: skip
+            await conn.execute(
+                insert(responses).values(
+                    id=r.id,
+                    status=r.status,
+                    background=r.background,
+                    streamed=r.streamed,
+                    owner=r.owner,
+                    lease_until=time.time() + lease_seconds,
+                    cancel_requested=False,
+                    conversation_id=new.conversation_id,
+                    created_at=int(r.snapshot["created_at"]),
+                    snapshot=dumps(r.snapshot),
+                    tenant=r.tenant,
+                )
+            )
             rows = _item_rows(r.id, "input", new.input_items)
             if rows:
                 await conn.execute(insert(response_items), rows)
 
     @_guard
-    async def append_events(self, response_id: str, events: Sequence[Json],
-                            snapshot: Json | None = None) -> None:  # fmt: skip
+    async def append_events(
+        self, response_id: str, events: Sequence[Json], snapshot: Json | None = None
+    ) -> None:
         async with self.engine.begin() as conn:
             await self._append_events(conn, response_id, events)
             if snapshot is not None:
-                await conn.execute(update(responses).where(responses.c.id == response_id).values(
-                    status=snapshot["status"], snapshot=dumps(snapshot)))  # fmt: skip
+                await conn.execute(
+                    update(responses)
+                    .where(responses.c.id == response_id)
+                    .values(status=snapshot["status"], snapshot=dumps(snapshot))
+                )
 
     @staticmethod
-    async def _append_events(conn: AsyncConnection, response_id: str,
-                             events: Sequence[Json]) -> None:  # fmt: skip
+    async def _append_events(
+        conn: AsyncConnection, response_id: str, events: Sequence[Json]
+    ) -> None:
         if events:
-            rows = [{"response_id": response_id, "sequence_number": e["sequence_number"],
-                     "event": dumps(e)} for e in events]  # fmt: skip
+            rows = [
+                {
+                    "response_id": response_id,
+                    "sequence_number": e["sequence_number"],
+                    "event": dumps(e),
+                }
+                for e in events
+            ]
             await conn.execute(insert(response_events), rows)
 
     @_guard
@@ -153,37 +187,55 @@ class SqlStore:
 
     async def _finish(self, conn: AsyncConnection, response_id: str, done: Finished) -> None:
         snapshot = done.snapshot
-        kept = await conn.execute(update(responses).where(responses.c.id == response_id).values(
-            status=snapshot["status"], snapshot=dumps(snapshot)))  # fmt: skip
+        kept = await conn.execute(
+            update(responses)
+            .where(responses.c.id == response_id)
+            .values(status=snapshot["status"], snapshot=dumps(snapshot))
+        )
         if not kept.rowcount:
             return  # deleted while it ran (from another replica): leave nothing behind
-        await conn.execute(delete(response_items).where(and_(
-            response_items.c.response_id == response_id, response_items.c.kind == "output")))  # fmt: skip
+        await conn.execute(
+            delete(response_items).where(
+                and_(response_items.c.response_id == response_id, response_items.c.kind == "output")
+            )
+        )
         rows = _item_rows(response_id, "output", snapshot["output"])
         if rows:
             await conn.execute(insert(response_items), rows)
         await self._append_events(conn, response_id, done.events)
         if done.conversation_items:
-            conversation_id = (await conn.execute(select(responses.c.conversation_id).where(
-                responses.c.id == response_id))).scalar()  # fmt: skip
+            conversation_id = (
+                await conn.execute(
+                    select(responses.c.conversation_id).where(responses.c.id == response_id)
+                )
+            ).scalar()
             if conversation_id is not None:
                 await self._add_items(conn, conversation_id, done.conversation_items)
 
     @_guard
     async def get(self, response_id: str) -> StoredResponse | None:
         async with self.engine.connect() as conn:
-            row = (await conn.execute(select(responses).where(responses.c.id == response_id))
-                   ).first()  # fmt: skip
+            row = (
+                await conn.execute(select(responses).where(responses.c.id == response_id))
+            ).first()
         if row is None:
             return None
-        return StoredResponse(json.loads(row.snapshot), background=row.background,
-                              streamed=row.streamed, owner=row.owner,
-                              cancel_requested=row.cancel_requested, tenant=row.tenant)  # fmt: skip
+        return StoredResponse(
+            json.loads(row.snapshot),
+            background=row.background,
+            streamed=row.streamed,
+            owner=row.owner,
+            cancel_requested=row.cancel_requested,
+            tenant=row.tenant,
+        )
 
     @_guard
     async def recent(self, *, limit: int, tenant: str | None = None) -> list[Json]:
-        query = (select(responses.c.snapshot)
-                 .order_by(responses.c.created_at.desc(), responses.c.id.desc()).limit(limit))  # fmt: skip
+        query = (
+            select(responses.c.snapshot)
+            .order_by(responses.c.created_at.desc(), responses.c.id.desc())
+            .limit(limit)
+        )
         if tenant is not None:
             query = query.where(responses.c.tenant == tenant)
         async with self.engine.connect() as conn:
@@ -200,18 +252,22 @@ class SqlStore:
 
     async def _items(self, response_id: str, kind: str) -> list[Json]:
         async with self.engine.connect() as conn:
-            rows = await conn.execute(select(response_items.c.item).where(and_(
-                response_items.c.response_id == response_id, response_items.c.kind == kind)
-            ).order_by(response_items.c.position))  # fmt: skip
+            rows = await conn.execute(
+                select(response_items.c.item)
+                .where(
+                    and_(response_items.c.response_id == response_id, response_items.c.kind == kind)
+                )
+                .order_by(response_items.c.position)
+            )
             return [json.loads(r.item) for r in rows]
 
     @_guard
-    async def input_items(self, response_id: str, *, after: str | None, limit: int,
-                          order: str) -> Page | None:  # fmt: skip
+    async def input_items(
+        self, response_id: str, *, after: str | None, limit: int, order: str
+    ) -> Page | None:
         if await self.get(response_id) is None:
             return None
-        page = _page(await self._items(response_id, "input"), after=after, limit=limit,
-                     order=order)  # fmt: skip
+        page = _page(await self._items(response_id, "input"), after=after, limit=limit, order=order)
         return page if page is not None else Page([], False)
 
     @_guard
@@ -221,20 +277,25 @@ class SqlStore:
         return await self._items(response_id, "input") + await self._items(response_id, "output")
 
     @_guard
-    async def find_items(self, item_ids: Sequence[str], *,
-                         tenant: str | None = None) -> dict[str, Json]:  # fmt: skip
+    async def find_items(
+        self, item_ids: Sequence[str], *, tenant: str | None = None
+    ) -> dict[str, Json]:
         if not item_ids:
             return {}
         found: dict[str, Json] = {}
-        owners = ((response_items, responses, response_items.c.response_id),
-                  (conversation_items, conversations, conversation_items.c.conversation_id))  # fmt: skip
+        owners = (
+            (response_items, responses, response_items.c.response_id),
+            (conversation_items, conversations, conversation_items.c.conversation_id),
+        )
         async with self.engine.connect() as conn:
             for table, parent, parent_id in owners:
                 query = select(table.c.item_id, table.c.item).where(
-                    table.c.item_id.in_(list(item_ids)))  # fmt: skip
+                    table.c.item_id.in_(list(item_ids))
+                )
                 if tenant is not None:
                     query = query.join(parent, parent.c.id == parent_id).where(
-                        parent.c.tenant == tenant)  # fmt: skip
+                        parent.c.tenant == tenant
+                    )
                 rows = await conn.execute(query)
                 for row in rows:
                     found.setdefault(row.item_id, json.loads(row.item))
@@ -243,42 +304,61 @@ class SqlStore:
     @_guard
     async def events(self, response_id: str, *, after: int) -> list[Json]:
         async with self.engine.connect() as conn:
-            rows = await conn.execute(select(response_events.c.event).where(and_(
-                response_events.c.response_id == response_id,
-                response_events.c.sequence_number > after,
-            )).order_by(response_events.c.sequence_number))  # fmt: skip
+            rows = await conn.execute(
+                select(response_events.c.event)
+                .where(
+                    and_(
+                        response_events.c.response_id == response_id,
+                        response_events.c.sequence_number > after,
+                    )
+                )
+                .order_by(response_events.c.sequence_number)
+            )
             return [json.loads(r.event) for r in rows]
 
     @_guard
     async def request_cancel(self, response_id: str) -> StoredResponse | None:
         async with self.engine.begin() as conn:
-            await conn.execute(update(responses).where(and_(
-                responses.c.id == response_id, responses.c.status.in_(_UNFINISHED)
-            )).values(cancel_requested=True))  # fmt: skip
+            await conn.execute(
+                update(responses)
+                .where(and_(responses.c.id == response_id, responses.c.status.in_(_UNFINISHED)))
+                .values(cancel_requested=True)
+            )
         return await self.get(response_id)
 
     @_guard
-    async def heartbeat(self, owner: str, response_ids: Sequence[str], *,
-                        lease_seconds: float) -> list[str]:  # fmt: skip
+    async def heartbeat(
+        self, owner: str, response_ids: Sequence[str], *, lease_seconds: float
+    ) -> list[str]:
         if not response_ids:
             return []
         mine = and_(responses.c.id.in_(list(response_ids)), responses.c.owner == owner)
         async with self.engine.begin() as conn:
-            await conn.execute(update(responses).where(mine).values(
-                lease_until=time.time() + lease_seconds))  # fmt: skip
-            rows = await conn.execute(select(responses.c.id).where(
-                and_(mine, responses.c.cancel_requested)))  # fmt: skip
+            await conn.execute(
+                update(responses).where(mine).values(lease_until=time.time() + lease_seconds)
+            )
+            rows = await conn.execute(
+                select(responses.c.id).where(and_(mine, responses.c.cancel_requested))
+            )
             return [r.id for r in rows]
 
     @_guard
     async def fail_orphans(self, *, owner: str | None) -> list[str]:
-        whose = (responses.c.owner == owner if owner is not None
-                 else responses.c.lease_until < time.time())  # fmt: skip
+        whose = (
+            responses.c.owner == owner
+            if owner is not None
+            else responses.c.lease_until < time.time()
+        )
         cond = and_(responses.c.status.in_(_UNFINISHED), whose)
         failed: list[str] = []
         async with self.engine.begin() as conn:
-            rows = (await conn.execute(select(responses.c.id, responses.c.snapshot).where(cond)
-                                       .with_for_update(skip_locked=True))).all()  # fmt: skip
+            rows = (
+                await conn.execute(
+                    select(responses.c.id, responses.c.snapshot)
+                    .where(cond)
+                    .with_for_update(skip_locked=True)
+                )
+            ).all()
             for row in rows:
                 await self._fail_orphan(conn, row.id, json.loads(row.snapshot))
                 failed.append(row.id)
@@ -287,61 +367,87 @@ class SqlStore:
     async def _fail_orphan(self, conn: AsyncConnection, response_id: str, snapshot: Json) -> None:
         """The replica running it died: whatever it logged stays; the response ends `failed`,
         its log closed into a valid stream."""
-        logged = await conn.execute(select(response_events.c.event).where(
-            response_events.c.response_id == response_id).order_by(
-            response_events.c.sequence_number))  # fmt: skip
+        logged = await conn.execute(
+            select(response_events.c.event)
+            .where(response_events.c.response_id == response_id)
+            .order_by(response_events.c.sequence_number)
+        )
         events = [json.loads(r.event) for r in logged]
-        streamed = (await conn.execute(select(responses.c.streamed).where(
-            responses.c.id == response_id))).scalar()  # fmt: skip
+        streamed = (
+            await conn.execute(select(responses.c.streamed).where(responses.c.id == response_id))
+        ).scalar()
         ending, final = orphan_ending(events, snapshot, streamed=bool(streamed))
         await self._finish(conn, response_id, Finished(final, ending))
 
     # ---- conversations ------------------------------------------------------------------
 
     @_guard
-    async def create_conversation(self, conversation: Conversation,
-                                  items: Sequence[Json]) -> None:  # fmt: skip
+    async def create_conversation(self, conversation: Conversation, items: Sequence[Json]) -> None:
         async with self.engine.begin() as conn:
-            await conn.execute(insert(conversations).values(
-                id=conversation.id, created_at=conversation.created_at,
-                metadata=dumps(dict(conversation.metadata)), tenant=conversation.tenant))  # fmt: skip
+            await conn.execute(
+                insert(conversations).values(
+                    id=conversation.id,
+                    created_at=conversation.created_at,
+                    metadata=dumps(dict(conversation.metadata)),
+                    tenant=conversation.tenant,
+                )
+            )
             await self._add_items(conn, conversation.id, items)
 
     @_guard
     async def get_conversation(self, conversation_id: str) -> Conversation | None:
         async with self.engine.connect() as conn:
-            row = (await conn.execute(select(conversations).where(
-                conversations.c.id == conversation_id))).first()  # fmt: skip
+            row = (
+                await conn.execute(
+                    select(conversations).where(conversations.c.id == conversation_id)
+                )
+            ).first()
         if row is None:
             return None
         return Conversation(row.id, row.created_at, json.loads(row.metadata), row.tenant)
 
     @_guard
-    async def update_conversation(self, conversation_id: str,
-                                  metadata: Mapping[str, str]) -> Conversation | None:  # fmt: skip
+    async def update_conversation(
+        self, conversation_id: str, metadata: Mapping[str, str]
+    ) -> Conversation | None:
         async with self.engine.begin() as conn:
-            await conn.execute(update(conversations).where(conversations.c.id == conversation_id)
-                               .values(metadata=dumps(dict(metadata))))  # fmt: skip
+            await conn.execute(
+                update(conversations)
+                .where(conversations.c.id == conversation_id)
+                .values(metadata=dumps(dict(metadata)))
+            )
         return await self.get_conversation(conversation_id)
 
     @_guard
     async def delete_conversation(self, conversation_id: str) -> bool:
         async with self.engine.begin() as conn:
-            gone = await conn.execute(delete(conversations).where(
-                conversations.c.id == conversation_id))  # fmt: skip
-            await conn.execute(delete(conversation_items).where(
-                conversation_items.c.conversation_id == conversation_id))  # fmt: skip
+            gone = await conn.execute(
+                delete(conversations).where(conversations.c.id == conversation_id)
+            )
+            await conn.execute(
+                delete(conversation_items).where(
+                    conversation_items.c.conversation_id == conversation_id
+                )
+            )
         return bool(gone.rowcount)
 
     @_guard
-    async def conversation_items(self, conversation_id: str, *, after: str | None = None,
-                                 limit: int | None = None, order: str = "asc") -> Page | None:  # fmt: skip
+    async def conversation_items(
+        self,
+        conversation_id: str,
+        *,
+        after: str | None = None,
+        limit: int | None = None,
+        order: str = "asc",
+    ) -> Page | None:
         if await self.get_conversation(conversation_id) is None:
             return None
         async with self.engine.connect() as conn:
-            rows = await conn.execute(select(conversation_items.c.item).where(
-                conversation_items.c.conversation_id == conversation_id).order_by(
-                conversation_items.c.position))  # fmt: skip
+            rows = await conn.execute(
+                select(conversation_items.c.item)
+                .where(conversation_items.c.conversation_id == conversation_id)
+                .order_by(conversation_items.c.position)
+            )
             items = [json.loads(r.item) for r in rows]
         page = _page(items, after=after, limit=limit, order=order)
         return page if page is not None else Page([], False)
@@ -349,43 +455,74 @@ class SqlStore:
     @_guard
     async def add_conversation_items(self, conversation_id: str, items: Sequence[Json]) -> bool:
         async with self.engine.begin() as conn:
-            exists = (await conn.execute(select(conversations.c.id).where(
-                conversations.c.id == conversation_id))).first()  # fmt: skip
+            exists = (
+                await conn.execute(
+                    select(conversations.c.id).where(conversations.c.id == conversation_id)
+                )
+            ).first()
             if exists is None:
                 return False
             await self._add_items(conn, conversation_id, items)
         return True
 
     @staticmethod
-    async def _add_items(conn: AsyncConnection, conversation_id: str,
-                         items: Sequence[Json]) -> None:  # fmt: skip
+    async def _add_items(
+        conn: AsyncConnection, conversation_id: str, items: Sequence[Json]
+    ) -> None:
         if not items:
             return
         # Turns of one conversation may end together on several replicas: the conversation's
         # row lock orders their appends (SQLite serializes writers anyway).
-        await conn.execute(select(conversations.c.id).where(
-            conversations.c.id == conversation_id).with_for_update())  # fmt: skip
-        last = (await conn.execute(select(func.max(conversation_items.c.position)).where(
-            conversation_items.c.conversation_id == conversation_id))).scalar()  # fmt: skip
+        await conn.execute(
+            select(conversations.c.id)
+            .where(conversations.c.id == conversation_id)
+            .with_for_update()
+        )
+        last = (
+            await conn.execute(
+                select(func.max(conversation_items.c.position)).where(
+                    conversation_items.c.conversation_id == conversation_id
+                )
+            )
+        ).scalar()
         start = 0 if last is None else int(last) + 1
-        rows = [{"conversation_id": conversation_id, "position": start + i,
-                 "item_id": item["id"], "item": dumps(item)} for i, item in enumerate(items)]  # fmt: skip
+        rows = [
+            {
+                "conversation_id": conversation_id,
+                "position": start + i,
+                "item_id": item["id"],
+                "item": dumps(item),
+            }
+            for i, item in enumerate(items)
+        ]
         await conn.execute(insert(conversation_items), rows)
 
     @_guard
     async def get_conversation_item(self, conversation_id: str, item_id: str) -> Json | None:
         async with self.engine.connect() as conn:
-            row = (await conn.execute(select(conversation_items.c.item).where(and_(
-                conversation_items.c.conversation_id == conversation_id,
-                conversation_items.c.item_id == item_id)))).first()  # fmt: skip
+            row = (
+                await conn.execute(
+                    select(conversation_items.c.item).where(
+                        and_(
+                            conversation_items.c.conversation_id == conversation_id,
+                            conversation_items.c.item_id == item_id,
+                        )
+                    )
+                )
+            ).first()
         return None if row is None else dict(json.loads(row.item))
 
     @_guard
     async def delete_conversation_item(self, conversation_id: str, item_id: str) -> bool:
         async with self.engine.begin() as conn:
-            gone = await conn.execute(delete(conversation_items).where(and_(
-                conversation_items.c.conversation_id == conversation_id,
-                conversation_items.c.item_id == item_id)))  # fmt: skip
+            gone = await conn.execute(
+                delete(conversation_items).where(
+                    and_(
+                        conversation_items.c.conversation_id == conversation_id,
+                        conversation_items.c.item_id == item_id,
+                    )
+                )
+            )
         return bool(gone.rowcount)
 
 

@@ -39,8 +39,9 @@ class Scoped:
         mine = replace(new, response=replace(new.response, tenant=self.tenant))
         await self.inner.begin(mine, lease_seconds=lease_seconds)
 
-    async def append_events(self, response_id: str, events: Sequence[Json],
-                            snapshot: Json | None = None) -> None:  # fmt: skip
+    async def append_events(
+        self, response_id: str, events: Sequence[Json], snapshot: Json | None = None
+    ) -> None:
         await self.inner.append_events(response_id, events, snapshot)
 
     async def finish(self, response_id: str, done: Finished) -> None:
@@ -55,8 +56,9 @@ class Scoped:
     async def recent(self, *, limit: int, tenant: str | None = None) -> list[Json]:
         return await self.inner.recent(limit=limit, tenant=self.tenant)
 
-    async def input_items(self, response_id: str, *, after: str | None, limit: int,
-                          order: str) -> Page | None:  # fmt: skip
+    async def input_items(
+        self, response_id: str, *, after: str | None, limit: int, order: str
+    ) -> Page | None:
         if await self._mine(response_id) is None:
             return None
         return await self.inner.input_items(response_id, after=after, limit=limit, order=order)
@@ -66,8 +68,9 @@ class Scoped:
             return None
         return await self.inner.context(response_id)
 
-    async def find_items(self, item_ids: Sequence[str], *,
-                         tenant: str | None = None) -> dict[str, Json]:  # fmt: skip
+    async def find_items(
+        self, item_ids: Sequence[str], *, tenant: str | None = None
+    ) -> dict[str, Json]:
         return await self.inner.find_items(item_ids, tenant=self.tenant)
 
     async def events(self, response_id: str, *, after: int) -> list[Json]:
@@ -80,8 +83,9 @@ class Scoped:
             return None
         return await self.inner.request_cancel(response_id)
 
-    async def heartbeat(self, owner: str, response_ids: Sequence[str], *,
-                        lease_seconds: float) -> list[str]:  # fmt: skip
+    async def heartbeat(
+        self, owner: str, response_ids: Sequence[str], *, lease_seconds: float
+    ) -> list[str]:
         return await self.inner.heartbeat(owner, response_ids, lease_seconds=lease_seconds)
 
     async def fail_orphans(self, *, owner: str | None) -> list[str]:
@@ -89,15 +93,15 @@ class Scoped:
 
     # ---- conversations ------------------------------------------------------------------
 
-    async def create_conversation(self, conversation: Conversation,
-                                  items: Sequence[Json]) -> None:  # fmt: skip
+    async def create_conversation(self, conversation: Conversation, items: Sequence[Json]) -> None:
         await self.inner.create_conversation(replace(conversation, tenant=self.tenant), items)
 
     async def get_conversation(self, conversation_id: str) -> Conversation | None:
         return await self._my_conversation(conversation_id)
 
-    async def update_conversation(self, conversation_id: str,
-                                  metadata: Mapping[str, str]) -> Conversation | None:  # fmt: skip
+    async def update_conversation(
+        self, conversation_id: str, metadata: Mapping[str, str]
+    ) -> Conversation | None:
         if await self._my_conversation(conversation_id) is None:
             return None
         return await self.inner.update_conversation(conversation_id, metadata)
@@ -107,15 +111,21 @@ class Scoped:
             return False
         return await self.inner.delete_conversation(conversation_id)
 
-    async def conversation_items(self, conversation_id: str, *, after: str | None = None,
-                                 limit: int | None = None, order: str = "asc") -> Page | None:  # fmt: skip
+    async def conversation_items(
+        self,
+        conversation_id: str,
+        *,
+        after: str | None = None,
+        limit: int | None = None,
+        order: str = "asc",
+    ) -> Page | None:
         if await self._my_conversation(conversation_id) is None:
             return None
-        return await self.inner.conversation_items(conversation_id, after=after, limit=limit,
-                                                   order=order)  # fmt: skip
+        return await self.inner.conversation_items(
+            conversation_id, after=after, limit=limit, order=order
+        )
 
-    async def add_conversation_items(self, conversation_id: str,
-                                     items: Sequence[Json]) -> bool:  # fmt: skip
+    async def add_conversation_items(self, conversation_id: str, items: Sequence[Json]) -> bool:
         if await self._my_conversation(conversation_id) is None:
             return False
         return await self.inner.add_conversation_items(conversation_id, items)

@@ -31,8 +31,9 @@ def expected(fixture: dict[str, Any]) -> list[Segment]:
     out = []
     for kind, value, *phase in fixture["expect"]:
         k = SegmentKind(kind)
-        out.append(Segment(k, name=value) if k is SegmentKind.CALL_START
-                   else Segment(k, value, *phase))  # fmt: skip
+        out.append(
+            Segment(k, name=value) if k is SegmentKind.CALL_START else Segment(k, value, *phase)
+        )
     return out
 
 

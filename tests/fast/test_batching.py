@@ -65,8 +65,12 @@ class FakeContext:
 
     def fed(self, seq: int) -> list[tuple[int, int]]:
         """(start, length) of each prompt chunk (more than one token) fed to a sequence."""
-        return [(f.start, len(f.tokens)) for p in self.passes for f in p
-                if f.seq == seq and len(f.tokens) > 1]  # fmt: skip
+        return [
+            (f.start, len(f.tokens))
+            for p in self.passes
+            for f in p
+            if f.seq == seq and len(f.tokens) > 1
+        ]
 
 
 @dataclass(eq=False)

@@ -20,8 +20,11 @@ from oars.testing import ScriptedEngine, run_to_end
 
 
 def _events(body: dict[str, Any]) -> list[Event]:
-    script = (['{"name": "get_weather", "arguments": {"location": "Paris"}}']
-              if body.get("tool_choice", "") not in ("", "auto") else ["word "] * 20)  # fmt: skip
+    script = (
+        ['{"name": "get_weather", "arguments": {"location": "Paris"}}']
+        if body.get("tool_choice", "") not in ("", "auto")
+        else ["word "] * 20
+    )
     service = ResponsesService(ScriptedEngine(script))
     return run_to_end(service, normalize(body, served_model="m"))
 
@@ -119,12 +122,12 @@ def test_truncation_reported_as_success_fails_i10() -> None:
 
 @pytest.mark.parametrize(
     ("breaker", "rule"),
-    [(drift_content_index, "I5"), (drop_item_done, "I8"), (change_id, "I6"),
-     (no_terminal, "I2")],
+    [(drift_content_index, "I5"), (drop_item_done, "I8"), (change_id, "I6"), (no_terminal, "I2")],
     ids=lambda x: getattr(x, "__name__", x),
-)  # fmt: skip
-def test_broken_stream_fails_naming_the_rule(breaker: Callable[[list[Event]], list[Event]],
-                                             rule: str) -> None:  # fmt: skip
+)
+def test_broken_stream_fails_naming_the_rule(
+    breaker: Callable[[list[Event]], list[Event]], rule: str
+) -> None:
     results = _run(breaker)
     streaming = results["streaming"]
     assert streaming.status == "failed" and streaming.rule == rule, streaming

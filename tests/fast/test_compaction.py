@@ -33,8 +33,9 @@ HISTORY = [
 
 
 @asynccontextmanager
-async def _client(engine: ScriptedEngine, store: SqlStore | None = None
-                  ) -> AsyncIterator[httpx.AsyncClient]:  # fmt: skip
+async def _client(
+    engine: ScriptedEngine, store: SqlStore | None = None
+) -> AsyncIterator[httpx.AsyncClient]:
     app = create_app(ResponsesService(engine, sealer=Sealer(KEY)), store)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
@@ -72,15 +73,15 @@ def test_compact_keeps_user_messages_and_seals_a_summary_the_model_wrote() -> No
     assert isinstance(body["created_at"], int)
     *kept, item = body["output"]
     assert [(k["role"], k["content"][0]["text"]) for k in kept] == [
-        ("user", "Fix the failing test in calc.py.")]  # fmt: skip
+        ("user", "Fix the failing test in calc.py.")
+    ]
     assert item["type"] == "compaction" and item["id"].startswith("cmp_")
     assert "calc.py" not in item["encrypted_content"]  # sealed, not readable
     assert body["usage"]["output_tokens"] == 1 and body["usage"]["input_tokens"] > 0
     # the summary was asked of the model, with the whole history as a transcript
     [(system, instructions), (user, transcript)] = _prompt(engine)
     assert system == "system" and "Files" in instructions and user == "user"
-    for fact in ("Fix the failing test", "Assistant called read", "return a - b",
-                 "add subtracts"):  # fmt: skip
+    for fact in ("Fix the failing test", "Assistant called read", "return a - b", "add subtracts"):
         assert fact in transcript
 
 
@@ -90,9 +91,11 @@ def test_the_compacted_output_as_input_is_the_summary_in_the_prompt() -> None:
     question = {"type": "message", "role": "user", "content": "Go on."}
     r = _post(engine, "/responses", {"model": "m", "input": [*output, question]})
     assert r.status_code == 200, r.text
-    assert _prompt(engine) == [("user", SUMMARY_PREFIX + "Task: fix add in calc.py."),
-                               ("user", "Fix the failing test in calc.py."),
-                               ("user", "Go on.")]  # fmt: skip
+    assert _prompt(engine) == [
+        ("user", SUMMARY_PREFIX + "Task: fix add in calc.py."),
+        ("user", "Fix the failing test in calc.py."),
+        ("user", "Go on."),
+    ]
 
 
 def test_the_whole_history_sent_back_with_the_item_renders_the_same() -> None:
@@ -100,16 +103,21 @@ def test_the_whole_history_sent_back_with_the_item_renders_the_same() -> None:
     item = _compacted(engine)["output"][-1]
     question = {"type": "message", "role": "user", "content": "Go on."}
     _post(engine, "/responses", {"model": "m", "input": [*HISTORY, item, question]})
-    assert _prompt(engine) == [("user", SUMMARY_PREFIX + "S."),
-                               ("user", "Fix the failing test in calc.py."),
-                               ("user", "Go on.")]  # fmt: skip
+    assert _prompt(engine) == [
+        ("user", SUMMARY_PREFIX + "S."),
+        ("user", "Fix the failing test in calc.py."),
+        ("user", "Go on."),
+    ]
 
 
 def test_a_second_compaction_covers_the_first() -> None:
     engine = ScriptedEngine(["S."])
     first = _compacted(engine)["output"]
-    more = [*first, {"type": "message", "role": "assistant", "content": "Fixed."},
-            {"type": "message", "role": "user", "content": "Now the docs."}]  # fmt: skip
+    more = [
+        *first,
+        {"type": "message", "role": "assistant", "content": "Fixed."},
+        {"type": "message", "role": "user", "content": "Now the docs."},
+    ]
     second = _compacted(engine, more)["output"]
     assert [i.get("role") or i["type"] for i in second] == ["user", "user", "compaction"]
     _post(engine, "/responses", {"model": "m", "input": [*more, second[-1]]})
@@ -118,15 +126,24 @@ def test_a_second_compaction_covers_the_first() -> None:
     assert ("assistant", "Fixed.") not in prompt
 
 
-@pytest.mark.parametrize(("body", "param", "code"), [
-    ({"input": HISTORY}, "model", "missing_required_parameter"),
-    ({"model": "m"}, "input", "missing_required_parameter"),
-    ({"model": "m", "input": 3}, "input", "invalid_type"),
-    ({"model": "m", "input": [{"type": "message", "role": "user", "content": 1}]},
-     "input[0].content", "invalid_value"),
-    ({"model": "m", "input": [{"type": "compaction", "encrypted_content": "x"}]},
-     "input[0].encrypted_content", "invalid_encrypted_content"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("body", "param", "code"),
+    [
+        ({"input": HISTORY}, "model", "missing_required_parameter"),
+        ({"model": "m"}, "input", "missing_required_parameter"),
+        ({"model": "m", "input": 3}, "input", "invalid_type"),
+        (
+            {"model": "m", "input": [{"type": "message", "role": "user", "content": 1}]},
+            "input[0].content",
+            "invalid_value",
+        ),
+        (
+            {"model": "m", "input": [{"type": "compaction", "encrypted_content": "x"}]},
+            "input[0].encrypted_content",
+            "invalid_encrypted_content",
+        ),
+    ],
+)
 def test_a_bad_compact_request_is_400(body: dict[str, Any], param: str, code: str) -> None:
     r = _post(ScriptedEngine(), "/responses/compact", body)
     assert r.status_code == 400, r.text
@@ -137,10 +154,13 @@ def test_a_tampered_compaction_is_400_on_create() -> None:
     engine = ScriptedEngine(["S."])
     item = _compacted(engine)["output"][-1]
     sealed = item["encrypted_content"]
-    forged = {**item, "encrypted_content": sealed[:-6] + ("A" if sealed[-6] != "A" else "B")
-              + sealed[-5:]}  # fmt: skip
-    r = _post(engine, "/responses", {"model": "m", "input": [
-        forged, {"role": "user", "content": "hi"}]})  # fmt: skip
+    forged = {
+        **item,
+        "encrypted_content": sealed[:-6] + ("A" if sealed[-6] != "A" else "B") + sealed[-5:],
+    }
+    r = _post(
+        engine, "/responses", {"model": "m", "input": [forged, {"role": "user", "content": "hi"}]}
+    )
     assert r.status_code == 400
     assert r.json()["error"]["param"] == "input[0].encrypted_content"
 
@@ -151,14 +171,21 @@ def test_compact_from_a_stored_previous_response(tmp_path: Path) -> None:
     async def go() -> None:
         async with _client(engine, SqlStore(f"sqlite:///{tmp_path}/oars.db")) as client:
             first = (await client.post("/responses", json={"model": "m", "input": HISTORY})).json()
-            r = await client.post("/responses/compact", json={
-                "model": "m", "previous_response_id": first["id"],
-                "input": [{"role": "user", "content": "And the docs."}]})  # fmt: skip
+            r = await client.post(
+                "/responses/compact",
+                json={
+                    "model": "m",
+                    "previous_response_id": first["id"],
+                    "input": [{"role": "user", "content": "And the docs."}],
+                },
+            )
             assert r.status_code == 200, r.text
             kept = [k["content"][0]["text"] for k in r.json()["output"][:-1]]
             assert kept == ["Fix the failing test in calc.py.", "And the docs."]
-            missing = await client.post("/responses/compact", json={
-                "model": "m", "previous_response_id": "resp_gone", "input": "x"})  # fmt: skip
+            missing = await client.post(
+                "/responses/compact",
+                json={"model": "m", "previous_response_id": "resp_gone", "input": "x"},
+            )
             assert missing.status_code == 404
             assert missing.json()["error"]["code"] == "previous_response_not_found"
 
@@ -173,14 +200,35 @@ def test_context_management_compacts_a_long_chain_first(tmp_path: Path) -> None:
 
     async def go() -> None:
         async with _client(engine, SqlStore(f"sqlite:///{tmp_path}/oars.db")) as client:
-            first = (await client.post("/responses", json={"model": "m", "input": [
-                {"role": "user", "content": "Task: count."},
-                {"type": "function_call", "call_id": "c0", "name": "read", "arguments": "{}"},
-                {"type": "function_call_output", "call_id": "c0", "output": LONG}]})).json()  # fmt: skip
+            first = (
+                await client.post(
+                    "/responses",
+                    json={
+                        "model": "m",
+                        "input": [
+                            {"role": "user", "content": "Task: count."},
+                            {
+                                "type": "function_call",
+                                "call_id": "c0",
+                                "name": "read",
+                                "arguments": "{}",
+                            },
+                            {"type": "function_call_output", "call_id": "c0", "output": LONG},
+                        ],
+                    },
+                )
+            ).json()
             managed = {"context_management": [{"type": "compaction", "compact_threshold": 1000}]}
-            r = await client.post("/responses", json={
-                "model": "m", "stream": True, "previous_response_id": first["id"],
-                "input": "Next?", **managed})  # fmt: skip
+            r = await client.post(
+                "/responses",
+                json={
+                    "model": "m",
+                    "stream": True,
+                    "previous_response_id": first["id"],
+                    "input": "Next?",
+                    **managed,
+                },
+            )
             report = validate_sse(r.text)
             assert report.ok, report.text()
             final = report.final
@@ -189,8 +237,11 @@ def test_context_management_compacts_a_long_chain_first(tmp_path: Path) -> None:
             assert _summarizing(engine.requests[-2])
             prompt = _prompt(engine)
             assert all(LONG not in c for _, c in prompt), "the long message was compacted"
-            assert prompt == [("user", SUMMARY_PREFIX + "Short."), ("user", "Task: count."),
-                              ("user", "Next?")]  # fmt: skip
+            assert prompt == [
+                ("user", SUMMARY_PREFIX + "Short."),
+                ("user", "Task: count."),
+                ("user", "Next?"),
+            ]
             # the chain goes on from the compaction, without compacting again
             calls = len(engine.requests)
             again = await client.post(
@@ -212,37 +263,71 @@ def test_context_management_compacts_a_long_chain_first(tmp_path: Path) -> None:
 
 def test_context_management_leaves_a_short_context_alone() -> None:
     engine = ScriptedEngine(["Hi."])
-    r = _post(engine, "/responses", {"model": "m", "input": "hi", "context_management": [
-        {"type": "compaction", "compact_threshold": 1000}]})  # fmt: skip
+    r = _post(
+        engine,
+        "/responses",
+        {
+            "model": "m",
+            "input": "hi",
+            "context_management": [{"type": "compaction", "compact_threshold": 1000}],
+        },
+    )
     assert [i["type"] for i in r.json()["output"]] == ["message"]
     assert not [r for r in engine.requests if _summarizing(r)]
 
 
-@pytest.mark.parametrize(("entries", "param"), [
-    ("x", "context_management"),
-    ([{"type": "truncate"}], "context_management[0].type"),
-    ([{"type": "compaction", "compact_threshold": 10}], "context_management[0].compact_threshold"),
-    ([{"type": "compaction", "compact_threshold": "big"}],
-     "context_management[0].compact_threshold"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("entries", "param"),
+    [
+        ("x", "context_management"),
+        ([{"type": "truncate"}], "context_management[0].type"),
+        (
+            [{"type": "compaction", "compact_threshold": 10}],
+            "context_management[0].compact_threshold",
+        ),
+        (
+            [{"type": "compaction", "compact_threshold": "big"}],
+            "context_management[0].compact_threshold",
+        ),
+    ],
+)
 def test_bad_context_management_is_400(entries: Any, param: str) -> None:
-    r = _post(ScriptedEngine(), "/responses", {"model": "m", "input": "x",
-                                               "context_management": entries})  # fmt: skip
+    r = _post(
+        ScriptedEngine(), "/responses", {"model": "m", "input": "x", "context_management": entries}
+    )
     assert r.status_code == 400 and r.json()["error"]["param"] == param
 
 
 def test_a_compacted_history_starts_a_new_websocket_chain() -> None:
     engine = ScriptedEngine(["Code word: slate."])
-    output = _compacted(engine, [
-        {"type": "message", "role": "user", "content": [
-            {"type": "input_text", "text": "Remember the code word: slate."}]},
-        {"type": "message", "role": "assistant", "content": [
-            {"type": "output_text", "text": "OK."}]}])["output"]  # fmt: skip
+    output = _compacted(
+        engine,
+        [
+            {
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": "Remember the code word: slate."}],
+            },
+            {
+                "type": "message",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": "OK."}],
+            },
+        ],
+    )["output"]
     app = create_app(ResponsesService(engine, sealer=Sealer(KEY)))
     with TestClient(app) as client, client.websocket_connect("/v1/responses") as ws:
-        ws.send_text(json.dumps({"type": "response.create", "model": "m", "store": False,
-                                 "tools": [], "input": [*output, {"type": "message",
-                                 "role": "user", "content": "Continue."}]}))  # fmt: skip
+        ws.send_text(
+            json.dumps(
+                {
+                    "type": "response.create",
+                    "model": "m",
+                    "store": False,
+                    "tools": [],
+                    "input": [*output, {"type": "message", "role": "user", "content": "Continue."}],
+                }
+            )
+        )
         frames = [json.loads(ws.receive_text())]
         while frames[-1]["type"] not in ("response.completed", "response.failed", "error"):
             frames.append(json.loads(ws.receive_text()))
@@ -269,8 +354,7 @@ def test_a_compaction_trigger_compacts_everything_and_generates_nothing() -> Non
     only output item is the compaction."""
     engine = ScriptedEngine(["Summary."])
     trigger = {"type": "compaction_trigger"}
-    r = _post(engine, "/responses", {"model": "m", "stream": True,
-                                     "input": [*HISTORY, trigger]})  # fmt: skip
+    r = _post(engine, "/responses", {"model": "m", "stream": True, "input": [*HISTORY, trigger]})
     report = validate_sse(r.text)
     assert report.ok, report.text()
     assert report.final is not None and report.final["status"] == "completed"
@@ -281,14 +365,19 @@ def test_a_compaction_trigger_compacts_everything_and_generates_nothing() -> Non
     item = report.final["output"][0]
     question = {"role": "user", "content": "Go on."}
     _post(engine, "/responses", {"model": "m", "input": [*HISTORY, item, question]})
-    assert _prompt(engine) == [("user", SUMMARY_PREFIX + "Summary."),
-                               ("user", "Fix the failing test in calc.py."),
-                               ("user", "Go on.")]  # fmt: skip
+    assert _prompt(engine) == [
+        ("user", SUMMARY_PREFIX + "Summary."),
+        ("user", "Fix the failing test in calc.py."),
+        ("user", "Go on."),
+    ]
 
 
 def test_a_compaction_trigger_must_come_last() -> None:
-    r = _post(ScriptedEngine(), "/responses", {"model": "m", "input": [
-        {"type": "compaction_trigger"}, {"role": "user", "content": "x"}]})  # fmt: skip
+    r = _post(
+        ScriptedEngine(),
+        "/responses",
+        {"model": "m", "input": [{"type": "compaction_trigger"}, {"role": "user", "content": "x"}]},
+    )
     assert r.status_code == 400 and r.json()["error"]["param"] == "input[0]"
 
 
@@ -297,8 +386,10 @@ def test_compactions_are_counted_by_how_they_were_asked_for() -> None:
     app = create_app(ResponsesService(engine, sealer=Sealer(KEY)))
     with TestClient(app) as client:
         client.post("/v1/responses/compact", json={"model": "m", "input": HISTORY})
-        client.post("/v1/responses", json={"model": "m", "input": [
-            *HISTORY, {"type": "compaction_trigger"}]})  # fmt: skip
+        client.post(
+            "/v1/responses",
+            json={"model": "m", "input": [*HISTORY, {"type": "compaction_trigger"}]},
+        )
         text = client.get("/metrics").text
     assert 'oars_compactions_total{how="endpoint",model="m"} 1.0' in text
     assert 'oars_compactions_total{how="trigger",model="m"} 1.0' in text

@@ -87,8 +87,9 @@ def _cache(tmp_path: Path) -> Path:
     return tmp_path / "home" / "models"
 
 
-def test_pull_a_url_then_list_and_serve_it_by_name(files: tuple[Files, str], tmp_path: Path,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_pull_a_url_then_list_and_serve_it_by_name(
+    files: tuple[Files, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     _, base = files
     assert main(["pull", "--quiet", f"{base}/files/x.gguf#sha256={SHA}"]) == 0
     path = _cache(tmp_path) / "x.gguf"
@@ -111,8 +112,9 @@ def test_a_cut_download_resumes_where_it_stopped(files: tuple[Files, str], tmp_p
     assert [r for _, r in state.asked] == [None, f"bytes={2**20}-", f"bytes={2 * 2**20}-"]
 
 
-def test_a_download_left_by_an_earlier_run_is_resumed(files: tuple[Files, str],
-                                                      tmp_path: Path) -> None:  # fmt: skip
+def test_a_download_left_by_an_earlier_run_is_resumed(
+    files: tuple[Files, str], tmp_path: Path
+) -> None:
     state, base = files
     _cache(tmp_path).mkdir(parents=True)
     (_cache(tmp_path) / "x.gguf.partial").write_bytes(DATA[:1000])
@@ -120,15 +122,17 @@ def test_a_download_left_by_an_earlier_run_is_resumed(files: tuple[Files, str],
     assert state.asked == [("/x.gguf", "bytes=1000-")]
 
 
-def test_a_server_that_ignores_ranges_is_read_from_the_start(files: tuple[Files, str],
-                                                             tmp_path: Path) -> None:  # fmt: skip
+def test_a_server_that_ignores_ranges_is_read_from_the_start(
+    files: tuple[Files, str], tmp_path: Path
+) -> None:
     state, base = files
     state.ranges, state.cuts = False, 1
     assert pull_url(source(f"{base}/x.gguf", SHA), quiet=True).read_bytes() == DATA
 
 
-def test_a_wrong_hash_is_rejected_and_nothing_is_cached(files: tuple[Files, str],
-                                                        tmp_path: Path) -> None:  # fmt: skip
+def test_a_wrong_hash_is_rejected_and_nothing_is_cached(
+    files: tuple[Files, str], tmp_path: Path
+) -> None:
     _, base = files
     with pytest.raises(SetupError, match="sha256"):
         pull_url(source(f"{base}/x.gguf", "0" * 64), quiet=True)
@@ -146,8 +150,10 @@ def test_hf_references_resolve_and_the_linked_etag_is_checked(
     state.etag = SHA
     path = pull_url(source("hf://owner/repo@v2/sub/x.gguf"), quiet=True)
     assert path.read_bytes() == DATA
-    assert [p for p, _ in state.asked] == ["/owner/repo/resolve/main/sub/x.gguf",
-                                           "/owner/repo/resolve/v2/sub/x.gguf"]  # fmt: skip
+    assert [p for p, _ in state.asked] == [
+        "/owner/repo/resolve/main/sub/x.gguf",
+        "/owner/repo/resolve/v2/sub/x.gguf",
+    ]
 
 
 @pytest.mark.parametrize("ref", ["ftp://h/x.gguf", "http://h/x.bin", "hf://owner", "hf://o/r/"])

@@ -7,17 +7,22 @@ from oars.generation import ChatMessage, EngineRequest, OutputFormat
 from oars.parsing import SegmentKind
 from oars.tools import parse_tools, resolve
 
-WEATHER = {"type": "function", "name": "get_weather",
-           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}  # fmt: skip
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+}
 SMALL_QWEN = Family("hermes", guards=True)
 ANSWER = OutputFormat({"type": "object", "properties": {"a": {"type": "integer"}}})
 
 
-def _request(choice: str = "auto", *, output: OutputFormat | None = None,
-             after_output: bool = False) -> EngineRequest:  # fmt: skip
+def _request(
+    choice: str = "auto", *, output: OutputFormat | None = None, after_output: bool = False
+) -> EngineRequest:
     tools = resolve(parse_tools([WEATHER]), choice)
-    return EngineRequest((ChatMessage("user", "q"),), tools=tools, output=output,
-                         after_tool_output=after_output)  # fmt: skip
+    return EngineRequest(
+        (ChatMessage("user", "q"),), tools=tools, output=output, after_tool_output=after_output
+    )
 
 
 def test_families_are_read_from_chat_templates() -> None:

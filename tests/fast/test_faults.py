@@ -51,16 +51,16 @@ def test_the_database_crashing_mid_stream_ends_the_stream_and_leaves_nothing_hal
             assert report.ok, report.text()
             assert report.final is not None and report.final["status"] == "failed"
             rid = report.final["id"]
-            down = httpx.post(f"{base}/v1/responses", json={"model": "m", "input": "x"},
-                              timeout=60)  # fmt: skip
+            down = httpx.post(f"{base}/v1/responses", json={"model": "m", "input": "x"}, timeout=60)
             assert down.status_code == 503 and down.json()["error"]["code"] == "store_unavailable"
 
             pg.start()  # back: what was kept of the response is whole, and it is not stuck
-            got = _poll(f"{base}/v1/responses/{rid}",
-                        lambda r: r.status_code == 200 and r.json()["status"] == "failed").json()  # fmt: skip
+            got = _poll(
+                f"{base}/v1/responses/{rid}",
+                lambda r: r.status_code == 200 and r.json()["status"] == "failed",
+            ).json()
             assert got["error"] is not None
-            replay = httpx.get(f"{base}/v1/responses/{rid}", params={"stream": "true"},
-                               timeout=30)  # fmt: skip
+            replay = httpx.get(f"{base}/v1/responses/{rid}", params={"stream": "true"}, timeout=30)
             kept = validate_sse(replay.text)
             assert kept.ok, kept.text()
             assert kept.final is not None and kept.final["status"] == "failed"
@@ -88,8 +88,10 @@ def test_an_orphans_log_is_closed_into_a_valid_stream_wherever_it_stopped() -> N
     from oars.events.orphan import orphan_ending
     from oars.validator import validate_events
 
-    runs = [(["Hello", " world", "!"], False),
-            (['<tool_call>{"name": "f", "arguments": {"a": ', '1}}</tool_call>'], True)]  # fmt: skip
+    runs = [
+        (["Hello", " world", "!"], False),
+        (['<tool_call>{"name": "f", "arguments": {"a": ', "1}}</tool_call>"], True),
+    ]
     for script, tools in runs:
         whole, _ = _log_cut_at(script, 10_000, tools)
         for cut in range(len(whole) - 1):  # every point before its terminal event
@@ -120,7 +122,8 @@ def test_a_client_leaving_stops_a_foreground_stream_but_not_a_background_one(tmp
         stopped = _poll(url + ids[False], lambda r: r.json()["status"] != "in_progress").json()
         assert stopped["status"] == "cancelled"
         assert len(stopped["output"][0]["content"][0]["text"].split()) < 30
-        finished = _poll(url + ids[True], lambda r: r.json()["status"] not in ("queued",
-                                                                              "in_progress")).json()  # fmt: skip
+        finished = _poll(
+            url + ids[True], lambda r: r.json()["status"] not in ("queued", "in_progress")
+        ).json()
         assert finished["status"] == "completed"
         assert len(finished["output"][0]["content"][0]["text"].split()) == 60

@@ -31,8 +31,12 @@ pytestmark = pytest.mark.fuzz
 
 # 23 operations (all but the document's own); those without parameters have one case each
 MODES = ((GenerationMode.POSITIVE, 100), (GenerationMode.NEGATIVE, 40))
-CHECKS = (not_a_server_error, status_code_conformance, content_type_conformance,
-          response_schema_conformance)  # fmt: skip
+CHECKS = (
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+)
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +53,13 @@ def _fuzz(operation: Any, mode: GenerationMode, examples: int, base: str) -> int
     ran = 0
 
     @given(case=operation.as_strategy(generation_mode=mode))
-    @settings(max_examples=examples, deadline=None, derandomize=True, database=None,
-              suppress_health_check=list(HealthCheck))  # fmt: skip
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
     def call(case: Any) -> None:
         nonlocal ran
         ran += 1

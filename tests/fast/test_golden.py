@@ -37,75 +37,156 @@ THINKER = Family("hermes", THINK_TAGS, guards=True)
 CASES: dict[str, tuple[ScriptedEngine, dict[str, Any]]] = {
     "text": (ScriptedEngine(["Hel", "lo", "!"]), {}),
     "reasoning_then_text": (
-        ScriptedEngine(["<think>", "plan", " it", "</think>\n\n", "Hi"], family=THINKER), {}),
+        ScriptedEngine(["<think>", "plan", " it", "</think>\n\n", "Hi"], family=THINKER),
+        {},
+    ),
     "incomplete": (ScriptedEngine(["a", "b", "c"]), {"max_output_tokens": 2}),
     "incomplete_in_reasoning": (
-        ScriptedEngine(["<think>", "hm", "m"], family=THINKER), {"max_output_tokens": 2}),
+        ScriptedEngine(["<think>", "hm", "m"], family=THINKER),
+        {"max_output_tokens": 2},
+    ),
     "failed_mid_stream": (ScriptedEngine(["a", ScriptedEngine.FAIL]), {}),
     "whitespace_only": (ScriptedEngine(["\n", "\n"]), {}),
     "logprobs": (
         ScriptedEngine(["Hi", " there"], logprobs=True),
-        {"include": ["message.output_text.logprobs"], "top_logprobs": 0}),
+        {"include": ["message.output_text.logprobs"], "top_logprobs": 0},
+    ),
     "length_finish_from_engine": (ScriptedEngine(["x"], finish=FinishReason.LENGTH), {}),
     "function_call_bare": (
         ScriptedEngine(['{"name": "get_weather", ', '"arguments": {"location": ', '"Paris"}}']),
-        {"tools": [WEATHER]}),
+        {"tools": [WEATHER]},
+    ),
     "text_then_two_calls": (
-        ScriptedEngine(["Checking.\n<tool_call>\n", '{"name": "get_weather", "arguments": ',
-                        '{"location": "Paris"}}\n</tool_call>\n<tool_call>\n{"name": ',
-                        '"get_weather", "arguments": {"location": "Rome"}}\n</tool_call>']),
-        {"tools": [WEATHER]}),
+        ScriptedEngine(
+            [
+                "Checking.\n<tool_call>\n",
+                '{"name": "get_weather", "arguments": ',
+                '{"location": "Paris"}}\n</tool_call>\n<tool_call>\n{"name": ',
+                '"get_weather", "arguments": {"location": "Rome"}}\n</tool_call>',
+            ]
+        ),
+        {"tools": [WEATHER]},
+    ),
     "parallel_false_keeps_first_call": (
-        ScriptedEngine(['<tool_call>{"name": "get_weather", "arguments": {"location": "A"}}',
-                        '</tool_call><tool_call>{"name": "get_weather", "arguments": {}}',
-                        "</tool_call>"]),
-        {"tools": [WEATHER], "parallel_tool_calls": False}),
+        ScriptedEngine(
+            [
+                '<tool_call>{"name": "get_weather", "arguments": {"location": "A"}}',
+                '</tool_call><tool_call>{"name": "get_weather", "arguments": {}}',
+                "</tool_call>",
+            ]
+        ),
+        {"tools": [WEATHER], "parallel_tool_calls": False},
+    ),
     "custom_tool_call": (
-        ScriptedEngine(['{"name": "apply_patch", "arguments": {"input": "*** Begin Patch\\n',
-                        '*** End Patch"}}']),
-        {"tools": [PATCH]}),
+        ScriptedEngine(
+            [
+                '{"name": "apply_patch", "arguments": {"input": "*** Begin Patch\\n',
+                '*** End Patch"}}',
+            ]
+        ),
+        {"tools": [PATCH]},
+    ),
     "namespace_call": (
         ScriptedEngine(['{"name": "spawn_agent", "arguments": {"task": "x"}}']),
-        {"tools": [{"type": "namespace", "name": "multi_agent", "description": "d",
-                    "tools": [{"type": "function", "name": "spawn_agent",
-                               "parameters": {"type": "object"}}]}]}),
+        {
+            "tools": [
+                {
+                    "type": "namespace",
+                    "name": "multi_agent",
+                    "description": "d",
+                    "tools": [
+                        {
+                            "type": "function",
+                            "name": "spawn_agent",
+                            "parameters": {"type": "object"},
+                        }
+                    ],
+                }
+            ]
+        },
+    ),
     "call_cut_by_max_output_tokens": (
         ScriptedEngine(['{"name": "get_weather", ', '"arguments": {"loc', 'ation": "P"}}']),
-        {"tools": [WEATHER], "max_output_tokens": 2}),
+        {"tools": [WEATHER], "max_output_tokens": 2},
+    ),
     "harmony_reasoning_then_call": (
-        ScriptedEngine(["<|channel|>analysis<|message|>Need the", " weather.<|end|><|start|>",
-                        "assistant<|channel|>commentary to=functions.get_weather <|constrain|>",
-                        'json<|message|>{"location":', '"Paris"}<|call|>'], family=HARMONY),
-        {"tools": [WEATHER]}),
+        ScriptedEngine(
+            [
+                "<|channel|>analysis<|message|>Need the",
+                " weather.<|end|><|start|>",
+                "assistant<|channel|>commentary to=functions.get_weather <|constrain|>",
+                'json<|message|>{"location":',
+                '"Paris"}<|call|>',
+            ],
+            family=HARMONY,
+        ),
+        {"tools": [WEATHER]},
+    ),
     "qwen3_coder_call": (
-        ScriptedEngine(["Checking.\n<tool_call>\n<function=get_weather>\n<parameter=",
-                        "location>\nParis\n</parameter>\n</function>\n</tool_call>"],
-                       family=QWEN3_CODER),
-        {"tools": [WEATHER]}),
+        ScriptedEngine(
+            [
+                "Checking.\n<tool_call>\n<function=get_weather>\n<parameter=",
+                "location>\nParis\n</parameter>\n</function>\n</tool_call>",
+            ],
+            family=QWEN3_CODER,
+        ),
+        {"tools": [WEATHER]},
+    ),
     "reasoning_then_call": (
-        ScriptedEngine(["<think>", "Use the tool.", "</think>\n\n<tool_call>\n",
-                        '{"name": "get_weather", "arguments": {"location": "Oslo"}}',
-                        "\n</tool_call>"], family=THINKER),
-        {"tools": [WEATHER]}),
+        ScriptedEngine(
+            [
+                "<think>",
+                "Use the tool.",
+                "</think>\n\n<tool_call>\n",
+                '{"name": "get_weather", "arguments": {"location": "Oslo"}}',
+                "\n</tool_call>",
+            ],
+            family=THINKER,
+        ),
+        {"tools": [WEATHER]},
+    ),
     "qwen3_coder_call_cut_by_max_output_tokens": (
-        ScriptedEngine(["<tool_call>\n<function=get_weather>\n<parameter=", "location>\nPar",
-                        "is\n</parameter>\n"], family=QWEN3_CODER),
-        {"tools": [WEATHER], "max_output_tokens": 2}),
+        ScriptedEngine(
+            [
+                "<tool_call>\n<function=get_weather>\n<parameter=",
+                "location>\nPar",
+                "is\n</parameter>\n",
+            ],
+            family=QWEN3_CODER,
+        ),
+        {"tools": [WEATHER], "max_output_tokens": 2},
+    ),
     "qwen3_coder_call_under_tool_choice_none_is_text": (
-        ScriptedEngine(["<tool_call>\n<function=get_weather>\n<parameter=location>\nParis",
-                        "\n</parameter>\n</function>\n</tool_call>"], family=QWEN3_CODER),
-        {"tools": [WEATHER], "tool_choice": "none"}),
+        ScriptedEngine(
+            [
+                "<tool_call>\n<function=get_weather>\n<parameter=location>\nParis",
+                "\n</parameter>\n</function>\n</tool_call>",
+            ],
+            family=QWEN3_CODER,
+        ),
+        {"tools": [WEATHER], "tool_choice": "none"},
+    ),
     "harmony_preamble_then_final": (
-        ScriptedEngine(["<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant",
-                        "<|channel|>commentary<|message|>Let me think.<|end|><|start|>",
-                        "assistant<|channel|>final<|message|>Answer.", "<|return|>"],
-                       family=HARMONY), {}),
+        ScriptedEngine(
+            [
+                "<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant",
+                "<|channel|>commentary<|message|>Let me think.<|end|><|start|>",
+                "assistant<|channel|>final<|message|>Answer.",
+                "<|return|>",
+            ],
+            family=HARMONY,
+        ),
+        {},
+    ),
     "call_cut_by_end_of_generation": (
         ScriptedEngine(['<tool_call>\n{"name": "get_weather", ', '"arguments": {"location": "Pa']),
-        {"tools": [WEATHER]}),
+        {"tools": [WEATHER]},
+    ),
     "unknown_tool_name_stays_text": (
-        ScriptedEngine(['{"name": "add", "arguments": {"a": 1}}']), {"tools": [WEATHER]}),
-}  # fmt: skip
+        ScriptedEngine(['{"name": "add", "arguments": {"a": 1}}']),
+        {"tools": [WEATHER]},
+    ),
+}
 
 
 def _events(engine: ScriptedEngine, extra: dict[str, Any]) -> list[dict[str, Any]]:
@@ -129,12 +210,14 @@ def test_golden(name: str) -> None:
 
 def test_logprobs_of_a_delta_spell_its_text_after_reasoning() -> None:
     """`</think>` and the separators after it are the reasoning's tokens, not the answer's."""
-    engine = ScriptedEngine(["<think>", "plan", "</think>", "\n\n", "Hi", "!"], family=THINKER,
-                            logprobs=True)  # fmt: skip
+    engine = ScriptedEngine(
+        ["<think>", "plan", "</think>", "\n\n", "Hi", "!"], family=THINKER, logprobs=True
+    )
     events = _events(engine, {"include": ["message.output_text.logprobs"]})
     deltas = [e for e in events if e["type"] == "response.output_text.delta"]
-    assert deltas and all("".join(lp["token"] for lp in d["logprobs"]) == d["delta"]
-                          for d in deltas), deltas  # fmt: skip
+    assert deltas and all(
+        "".join(lp["token"] for lp in d["logprobs"]) == d["delta"] for d in deltas
+    ), deltas
     usage = events[-1]["response"]["usage"]
     assert usage["output_tokens_details"]["reasoning_tokens"] == 4  # up to the answer's "Hi"
     assert usage["output_tokens"] == 6
@@ -163,11 +246,19 @@ def test_text_held_for_its_logprobs_is_kept_when_the_engine_fails() -> None:
 
 
 def test_phases_survive_text_held_for_its_logprobs() -> None:
-    engine = ScriptedEngine(["<|channel|>commentary<|message|>Let me <", "|end|><|start|>assistant",
-                             "<|channel|>final<|message|>Answer.<|return|>"],
-                            family=HARMONY, logprobs=True)  # fmt: skip
+    engine = ScriptedEngine(
+        [
+            "<|channel|>commentary<|message|>Let me <",
+            "|end|><|start|>assistant",
+            "<|channel|>final<|message|>Answer.<|return|>",
+        ],
+        family=HARMONY,
+        logprobs=True,
+    )
     events = _events(engine, {"include": ["message.output_text.logprobs"]})
     assert validate_events(events).ok
     output = events[-1]["response"]["output"]
     assert [(i["phase"], i["content"][0]["text"]) for i in output] == [
-        ("commentary", "Let me "), ("final_answer", "Answer.")]  # fmt: skip
+        ("commentary", "Let me "),
+        ("final_answer", "Answer."),
+    ]

@@ -57,9 +57,12 @@ def test_arguments_are_json_and_tokens_never_leak(path: Path) -> None:
 def test_fixtures_cover_the_required_shapes() -> None:
     names = {p.stem for p in FIXTURES}
     assert {
-        "reasoning_then_final", "reasoning_then_call", "reasoning_preamble_call", "two_calls",
+        "reasoning_then_final",
+        "reasoning_then_call",
+        "reasoning_preamble_call",
+        "two_calls",
         "header_recipient",
-    } <= names  # fmt: skip
+    } <= names
 
 
 def test_arguments_stream_before_the_call_ends() -> None:
@@ -111,8 +114,10 @@ def test_only_the_requests_tools_are_called() -> None:
 
 
 def test_a_preamble_and_the_final_answer_are_two_messages() -> None:
-    text = ("<|channel|>commentary<|message|>Let me think.<|end|>"
-            "<|start|>assistant<|channel|>final<|message|>Answer.<|return|>")  # fmt: skip
+    text = (
+        "<|channel|>commentary<|message|>Let me think.<|end|>"
+        "<|start|>assistant<|channel|>final<|message|>Answer.<|return|>"
+    )
     assert parse(HarmonyParser, list(text)) == [
         Segment(SegmentKind.TEXT, "Let me think.", "commentary"),
         Segment(SegmentKind.TEXT, "Answer.", "final_answer"),

@@ -22,8 +22,13 @@ LONE = "\\ud800"  # as it appears in the raw JSON
 FN = {"type": "function", "name": "f", "parameters": {"type": "object"}}
 
 
-def _send(raw: bytes, path: str = "/v1/responses", *, max_body_bytes: int = 2**20,
-          store: SqlStore | None = None) -> httpx.Response:  # fmt: skip
+def _send(
+    raw: bytes,
+    path: str = "/v1/responses",
+    *,
+    max_body_bytes: int = 2**20,
+    store: SqlStore | None = None,
+) -> httpx.Response:
     app = create_app(
         ResponsesService(ScriptedEngine()), store, limits=Limits(max_body_bytes=max_body_bytes)
     )
@@ -32,8 +37,9 @@ def _send(raw: bytes, path: str = "/v1/responses", *, max_body_bytes: int = 2**2
         async with app.router.lifespan_context(app):
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
-                return await asyncio.wait_for(client.post(path, content=raw, headers={
-                    "content-type": "application/json"}), 10)  # fmt: skip
+                return await asyncio.wait_for(
+                    client.post(path, content=raw, headers={"content-type": "application/json"}), 10
+                )
 
     return asyncio.run(go())
 
@@ -54,29 +60,44 @@ SURROGATE_FIELDS = [
     ('{"model": "m", "input": "x", "user": "@"}', "user"),
     ('{"model": "m", "input": "x", "metadata": {"@": "v"}}', "metadata"),
     ('{"model": "m", "input": "x", "metadata": {"k": "@"}}', "metadata.k"),
-    ('{"model": "m", "input": "x", "tools": [{"type": "function", "name": "f@"}]}',
-     "tools[0].name"),
-    ('{"model": "m", "input": "x", "tools": [{"type": "function", "name": "f", '
-     '"description": "@"}]}', "tools[0].description"),
-    ('{"model": "m", "input": [{"role": "user", "content": [{"type": "input_text", '
-     '"text": "@"}]}]}', "input[0].content[0].text"),
+    (
+        '{"model": "m", "input": "x", "tools": [{"type": "function", "name": "f@"}]}',
+        "tools[0].name",
+    ),
+    (
+        '{"model": "m", "input": "x", "tools": [{"type": "function", "name": "f", '
+        '"description": "@"}]}',
+        "tools[0].description",
+    ),
+    (
+        '{"model": "m", "input": [{"role": "user", "content": [{"type": "input_text", '
+        '"text": "@"}]}]}',
+        "input[0].content[0].text",
+    ),
     ('{"model": "m", "input": "x", "previous_response_id": "resp_@"}', "previous_response_id"),
     ('{"model": "m", "input": "x", "prompt_cache_key": "@"}', "prompt_cache_key"),
     ('{"model": "m", "input": "x", "safety_identifier": "@"}', "safety_identifier"),
     ('{"model": "m", "input": [{"type": "item_reference", "id": "msg_@"}]}', "input[0].id"),
-    ('{"model": "m", "input": "x", "text": {"format": {"type": "json_schema", "name": "a", '
-     '"schema": {"type": "object", "description": "@"}}}}', "text.format.schema.description"),
-    ('{"model": "m", "input": "x", "stream": true, "tool_choice": {"type": "function", '
-     '"name": "\\udfff"}}', "tool_choice.name"),
-]  # fmt: skip
+    (
+        '{"model": "m", "input": "x", "text": {"format": {"type": "json_schema", "name": "a", '
+        '"schema": {"type": "object", "description": "@"}}}}',
+        "text.format.schema.description",
+    ),
+    (
+        '{"model": "m", "input": "x", "stream": true, "tool_choice": {"type": "function", '
+        '"name": "\\udfff"}}',
+        "tool_choice.name",
+    ),
+]
 
 
 @pytest.mark.parametrize(
     ("template", "param"), SURROGATE_FIELDS, ids=[p for _, p in SURROGATE_FIELDS]
 )
 @pytest.mark.parametrize("stream", [False, True])
-def test_a_lone_surrogate_anywhere_is_a_400_naming_where(template: str, param: str,
-                                                         stream: bool) -> None:  # fmt: skip
+def test_a_lone_surrogate_anywhere_is_a_400_naming_where(
+    template: str, param: str, stream: bool
+) -> None:
     body = json.loads(template.replace("@", "SURROGATE").replace("\\udfff", "SURROGATE"))
     body["stream"] = stream
     raw = json.dumps(body).replace("SURROGATE", LONE).encode()
@@ -85,10 +106,17 @@ def test_a_lone_surrogate_anywhere_is_a_400_naming_where(template: str, param: s
 
 
 @pytest.mark.parametrize("path", ["/v1/responses/input_tokens", "/v1/conversations"])
-def test_lone_surrogates_are_refused_on_every_route_that_reads_a_body(path: str,
-                                                                     tmp_path: Path) -> None:  # fmt: skip
-    raw = ('{"model": "m", "input": "@", "items": [{"role": "user", "content": "@"}], '
-           '"metadata": {"k": "@"}}').replace("@", LONE).encode()  # fmt: skip
+def test_lone_surrogates_are_refused_on_every_route_that_reads_a_body(
+    path: str, tmp_path: Path
+) -> None:
+    raw = (
+        (
+            '{"model": "m", "input": "@", "items": [{"role": "user", "content": "@"}], '
+            '"metadata": {"k": "@"}}'
+        )
+        .replace("@", LONE)
+        .encode()
+    )
     store = SqlStore(str(tmp_path / "o.db"))
     assert _error(_send(raw, path, store=store))["code"] == "invalid_unicode"
 
@@ -99,20 +127,33 @@ def test_paired_surrogates_and_escaped_backslashes_are_text(text: str) -> None:
     assert r.status_code == 200, r.text
 
 
-@pytest.mark.parametrize("raw", [
-    b'{"model": "m", "input": "\xff\xfe"}', b'{"model": "m\xc3", "input": "x"}',
-    b'{"input": "\xed\xa0\x80"}',  # an encoded surrogate
-    '{"input": "x"}'.encode("utf-16"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"model": "m", "input": "\xff\xfe"}',
+        b'{"model": "m\xc3", "input": "x"}',
+        b'{"input": "\xed\xa0\x80"}',  # an encoded surrogate
+        '{"input": "x"}'.encode("utf-16"),
+    ],
+)
 def test_invalid_utf8_is_a_400(raw: bytes) -> None:
     assert _error(_send(raw))["code"] == "invalid_json"
 
 
-@pytest.mark.parametrize(("field", "value"), [
-    ("seed", 99999999999999999), ("seed", 2**32), ("seed", -1), ("seed", 10**400),
-    ("max_output_tokens", 10**30), ("top_logprobs", 10**20), ("top_k", -(10**25)),
-    ("max_tool_calls", 0), ("temperature", 1e308 * 10),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("seed", 99999999999999999),
+        ("seed", 2**32),
+        ("seed", -1),
+        ("seed", 10**400),
+        ("max_output_tokens", 10**30),
+        ("top_logprobs", 10**20),
+        ("top_k", -(10**25)),
+        ("max_tool_calls", 0),
+        ("temperature", 1e308 * 10),
+    ],
+)
 def test_out_of_range_numbers_are_a_400(field: str, value: Any) -> None:
     raw = json.dumps({"model": "m", "input": "x", field: value}).encode()
     r = _send(raw.replace(b"Infinity", b"1e999"))
@@ -142,15 +183,20 @@ def test_a_64_character_name_is_fine_and_a_bom_is_skipped() -> None:
 def test_a_custom_grammar_over_the_limit_is_a_400() -> None:
     definition = "start: " + " | ".join(f'"w{i}"' for i in range(MAX_GRAMMAR // 6))
     assert len(definition) > MAX_GRAMMAR
-    tool = {"type": "custom", "name": "g",
-            "format": {"type": "grammar", "syntax": "lark", "definition": definition}}  # fmt: skip
+    tool = {
+        "type": "custom",
+        "name": "g",
+        "format": {"type": "grammar", "syntax": "lark", "definition": definition},
+    }
     error = _error(_send(json.dumps({"model": "m", "input": "x", "tools": [tool]}).encode()))
     assert error["param"] == "tools[0].format.definition"
 
 
 def test_a_long_model_name_is_a_400_and_never_echoed() -> None:
-    r = _send(json.dumps({"model": "m" * 5_000_000, "input": "x", "stream": True}).encode(),
-              max_body_bytes=64 * 2**20)  # fmt: skip
+    r = _send(
+        json.dumps({"model": "m" * 5_000_000, "input": "x", "stream": True}).encode(),
+        max_body_bytes=64 * 2**20,
+    )
     error = _error(r)
     assert error["param"] == "model" and len(r.content) < 1000
 
@@ -197,4 +243,6 @@ def test_a_hosted_tool_must_be_what_its_type_says() -> None:
     fine = [{"type": "web_search"}, {"type": "code_interpreter", "container": {"type": "auto"}}]
     r = _send(json.dumps({"model": "m", "input": "x", "tools": fine}).encode())
     assert r.status_code == 200 and [t["type"] for t in r.json()["tools"]] == [
-        "web_search", "code_interpreter"]  # fmt: skip
+        "web_search",
+        "code_interpreter",
+    ]

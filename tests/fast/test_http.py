@@ -19,16 +19,18 @@ from oars.validator import same_response, validate_sse
 CAPTURES = Path(__file__).parent.parent / "fixtures" / "captures"
 
 
-def _post(body: Any, engine: ScriptedEngine | None = None, *, raw: bytes | None = None
-          ) -> httpx.Response:  # fmt: skip
+def _post(
+    body: Any, engine: ScriptedEngine | None = None, *, raw: bytes | None = None
+) -> httpx.Response:
     app = create_app(ResponsesService(engine or ScriptedEngine()))
 
     async def go() -> httpx.Response:
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
             content = raw if raw is not None else json.dumps(body).encode()
-            return await client.post("/v1/responses", content=content,
-                                     headers={"content-type": "application/json"})  # fmt: skip
+            return await client.post(
+                "/v1/responses", content=content, headers={"content-type": "application/json"}
+            )
 
     return asyncio.run(go())
 
@@ -83,15 +85,31 @@ def test_non_stream_equals_streamed_final() -> None:
         ({"model": "m", "input": "x", "include": ["nope"]}, "include[0]"),
         ({"model": "m", "input": [{"role": "robot", "content": "x"}]}, "input[0].role"),
         ({"model": "m", "input": [{"role": "user"}]}, "input[0].content"),
-        ({"model": "m", "input": [{"role": "user", "content": [{"type": "input_image",
-          "image_url": "data:image/png;base64,AA"}]}]}, "input[0].content[0]"),
+        (
+            {
+                "model": "m",
+                "input": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "input_image", "image_url": "data:image/png;base64,AA"}
+                        ],
+                    }
+                ],
+            },
+            "input[0].content[0]",
+        ),
         ({"model": "m", "input": "x", "tools": ["x"]}, "tools[0]"),
         ({"model": "m", "input": "x", "metadata": {"k": 1}}, "metadata.k"),
         ({"model": "m", "input": "x", "text": {"format": {"type": "xml"}}}, "text.format.type"),
-        ({"model": "m", "input": "x", "text": {"format": {"type": "json_schema",
-          "schema": {}}}}, "text.format.name"),
-        ({"model": "m", "input": "x", "text": {"format": {"type": "json_schema",
-          "name": "n"}}}, "text.format.schema"),
+        (
+            {"model": "m", "input": "x", "text": {"format": {"type": "json_schema", "schema": {}}}},
+            "text.format.name",
+        ),
+        (
+            {"model": "m", "input": "x", "text": {"format": {"type": "json_schema", "name": "n"}}},
+            "text.format.schema",
+        ),
         ({"model": "m", "input": "x", "text": {"verbosity": "loud"}}, "text.verbosity"),
         ({"model": "m", "input": "x", "reasoning": {"effort": "huge"}}, "reasoning.effort"),
         ({"model": "m", "input": "x", "top_k": -1}, "top_k"),
@@ -102,29 +120,62 @@ def test_non_stream_equals_streamed_final() -> None:
         ([1, 2], "body"),
         ({"model": "m", "input": "x", "include": [["x"]]}, "include[0]"),
         ({"model": "m", "input": "x", "include": [{}]}, "include[0]"),
-        ({"model": "m", "input": [{"type": ["message"], "role": "user", "content": "x"}]},
-         "input[0].type"),
-        ({"model": "m", "input": [{"type": {}, "role": "user", "content": "x"}]},
-         "input[0].type"),
-        ({"model": "m", "input": "x", "tools": [{"type": "namespace", "name": "ns",
-          "tools": ["x"]}]}, "tools[0].tools[0]"),
-        ({"model": "m", "input": "x", "tools": [{"type": "namespace", "name": "ns",
-          "tools": [None]}]}, "tools[0].tools[0]"),
-        ({"model": "m", "input": "x", "tools": [{"type": "namespace", "name": "ns",
-          "tools": 5}]}, "tools[0].tools"),
-        ({"model": "m", "input": "x", "tools": [{"type": "function", "name": "f",
-          "description": 5}]}, "tools[0].description"),
-        ({"model": "m", "input": "x", "tools": [{"type": "function", "name": "f",
-          "strict": "yes"}]}, "tools[0].strict"),
+        (
+            {"model": "m", "input": [{"type": ["message"], "role": "user", "content": "x"}]},
+            "input[0].type",
+        ),
+        ({"model": "m", "input": [{"type": {}, "role": "user", "content": "x"}]}, "input[0].type"),
+        (
+            {
+                "model": "m",
+                "input": "x",
+                "tools": [{"type": "namespace", "name": "ns", "tools": ["x"]}],
+            },
+            "tools[0].tools[0]",
+        ),
+        (
+            {
+                "model": "m",
+                "input": "x",
+                "tools": [{"type": "namespace", "name": "ns", "tools": [None]}],
+            },
+            "tools[0].tools[0]",
+        ),
+        (
+            {
+                "model": "m",
+                "input": "x",
+                "tools": [{"type": "namespace", "name": "ns", "tools": 5}],
+            },
+            "tools[0].tools",
+        ),
+        (
+            {
+                "model": "m",
+                "input": "x",
+                "tools": [{"type": "function", "name": "f", "description": 5}],
+            },
+            "tools[0].description",
+        ),
+        (
+            {
+                "model": "m",
+                "input": "x",
+                "tools": [{"type": "function", "name": "f", "strict": "yes"}],
+            },
+            "tools[0].strict",
+        ),
         ({"model": "m", "input": "x", "truncation": 5}, "truncation"),
         ({"model": "m", "input": "x", "truncation": "bogus"}, "truncation"),
         ({"model": "m", "input": "x", "service_tier": "bogus"}, "service_tier"),
         ({"model": "m", "input": "x", "tool_choice": "required"}, "tool_choice"),
         ({"model": "m", "input": "x", "tool_choice": "sometimes"}, "tool_choice"),
-        ({"model": "m", "input": "x", "stop": "}", "text": {"format": {"type": "json_object"}}},
-         "stop"),
+        (
+            {"model": "m", "input": "x", "stop": "}", "text": {"format": {"type": "json_object"}}},
+            "stop",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_input_is_400_naming_the_param(body: Any, param: str) -> None:
     r = _post(body)
     assert r.status_code == 400, r.text
@@ -138,8 +189,7 @@ def test_reasoning_effort_reaches_the_template() -> None:
     _post({"model": "m", "input": "x", "reasoning": {"effort": "none"}}, engine)
     assert engine.plans[-1].template_kwargs == {"enable_thinking": False}
     _post({"model": "m", "input": "x", "reasoning": {"effort": "high"}}, engine)
-    assert engine.plans[-1].template_kwargs == {"enable_thinking": True,
-                                                   "reasoning_effort": "high"}  # fmt: skip
+    assert engine.plans[-1].template_kwargs == {"enable_thinking": True, "reasoning_effort": "high"}
 
 
 def test_invalid_json_is_400() -> None:
@@ -180,20 +230,31 @@ def test_every_input_form_is_rendered() -> None:
         "input": [
             {"role": "developer", "content": "Dev rule."},
             {"role": "user", "content": [{"type": "input_text", "text": "Hi"}]},
-            {"type": "message", "role": "assistant", "id": "msg_x", "status": "completed",
-             "phase": "final_answer",
-             "content": [{"type": "output_text", "text": "Hello", "annotations": []}]},
+            {
+                "type": "message",
+                "role": "assistant",
+                "id": "msg_x",
+                "status": "completed",
+                "phase": "final_answer",
+                "content": [{"type": "output_text", "text": "Hello", "annotations": []}],
+            },
             {"type": "reasoning", "id": "rs_x", "summary": [], "encrypted_content": None},
-            {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{\"a\": 1}"},
+            {"type": "function_call", "call_id": "c1", "name": "f", "arguments": '{"a": 1}'},
             {"type": "function_call_output", "call_id": "c1", "output": "42"},
             {"type": "web_search_call", "id": "ws_1", "status": "completed"},
             {"role": "user", "content": "And?"},
         ],
-    }  # fmt: skip
+    }
     assert _post(body, engine).status_code == 200
     messages = engine.requests[-1].messages
-    assert [m.role for m in messages] == ["system", "user", "assistant", "assistant", "tool",
-                                          "user"]  # fmt: skip
+    assert [m.role for m in messages] == [
+        "system",
+        "user",
+        "assistant",
+        "assistant",
+        "tool",
+        "user",
+    ]
     assert messages[0].content == "Be brief.\n\nDev rule."
     assert messages[3].tool_calls[0]["function"]["arguments"] == {"a": 1}
 
@@ -227,8 +288,12 @@ def test_tools_are_echoed_in_their_full_shape() -> None:
     tools = [WEATHER, {"type": "custom", "name": "note"}, {"type": "web_search"}]
     echoed = _post({"model": "m", "input": "x", "tools": tools}).json()["tools"]
     assert echoed[0] == {**WEATHER, "description": None, "strict": True}
-    assert echoed[1] == {"type": "custom", "name": "note", "description": None,
-                         "format": {"type": "text"}}  # fmt: skip
+    assert echoed[1] == {
+        "type": "custom",
+        "name": "note",
+        "description": None,
+        "format": {"type": "text"},
+    }
     assert echoed[2] == {"type": "web_search"}
 
 
@@ -249,23 +314,35 @@ WEATHER = {
     [
         ({"type": "web_search"}, "tool_choice"),
         ({"type": "function", "name": "nope"}, "tool_choice.name"),
-        ({"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "x"}]},
-         "tool_choice.tools[0]"),
+        (
+            {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "x"}]},
+            "tool_choice.tools[0]",
+        ),
         ({"type": "allowed_tools", "mode": "maybe", "tools": []}, "tool_choice.mode"),
         ({"type": "allowed_tools", "tools": 5}, "tool_choice.tools"),
     ],
-)  # fmt: skip
+)
 def test_bad_tool_choice_is_400(tool_choice: Any, param: str) -> None:
-    r = _post({"model": "m", "input": "x", "tools": [WEATHER, {"type": "web_search"}],
-               "tool_choice": tool_choice})  # fmt: skip
+    r = _post(
+        {
+            "model": "m",
+            "input": "x",
+            "tools": [WEATHER, {"type": "web_search"}],
+            "tool_choice": tool_choice,
+        }
+    )
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == param
 
 
 def test_hosted_tools_are_accepted_and_not_offered() -> None:
     engine = ScriptedEngine()
-    tools: list[dict[str, Any]] = [{"type": "web_search"}, {"type": "mcp", "server_label": "x"},
-                                   WEATHER, {"type": "tool_search", "execution": "client"}]  # fmt: skip
+    tools: list[dict[str, Any]] = [
+        {"type": "web_search"},
+        {"type": "mcp", "server_label": "x"},
+        WEATHER,
+        {"type": "tool_search", "execution": "client"},
+    ]
     r = _post({"model": "m", "input": "x", "tools": tools}, engine)
     assert r.status_code == 200
     assert _offered(engine) == ["get_weather"]
@@ -293,9 +370,11 @@ def test_forced_call_is_constrained_from_the_first_token() -> None:
 
 def test_after_tool_output_a_bare_call_cannot_open_the_reply() -> None:
     engine = ScriptedEngine()
-    items = [{"role": "user", "content": "weather?"},
-             {"type": "function_call", "call_id": "c", "name": "get_weather", "arguments": "{}"},
-             {"type": "function_call_output", "call_id": "c", "output": "sunny"}]  # fmt: skip
+    items = [
+        {"role": "user", "content": "weather?"},
+        {"type": "function_call", "call_id": "c", "name": "get_weather", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c", "output": "sunny"},
+    ]
     _post({"model": "m", "input": items, "tools": [WEATHER]}, engine)
     ban = engine.plans[-1].opening_ban
     assert "{" in ban and not any("<tool_call>".startswith(p) for p in ban), ban
@@ -305,9 +384,11 @@ def test_after_tool_output_a_bare_call_cannot_open_the_reply() -> None:
 
 def test_custom_tool_call_replay_is_rendered_as_input_argument() -> None:
     engine = ScriptedEngine()
-    items = [{"role": "user", "content": "patch it"},
-             {"type": "custom_tool_call", "call_id": "c", "name": "apply_patch", "input": "P"},
-             {"type": "custom_tool_call_output", "call_id": "c", "output": "Done"}]  # fmt: skip
+    items = [
+        {"role": "user", "content": "patch it"},
+        {"type": "custom_tool_call", "call_id": "c", "name": "apply_patch", "input": "P"},
+        {"type": "custom_tool_call_output", "call_id": "c", "output": "Done"},
+    ]
     _post({"model": "m", "input": items}, engine)
     msgs = engine.requests[-1].messages
     assert msgs[1].tool_calls[0]["function"]["arguments"] == {"input": "P"}
@@ -319,9 +400,15 @@ APPLY_PATCH_GRAMMAR = Path(__file__).parent.parent / "fixtures" / "grammars" / "
 
 def test_custom_tool_grammar_constrains_the_input() -> None:
     engine = ScriptedEngine()
-    patch = {"type": "custom", "name": "apply_patch",
-             "format": {"type": "grammar", "syntax": "lark",
-                        "definition": APPLY_PATCH_GRAMMAR.read_text()}}  # fmt: skip
+    patch = {
+        "type": "custom",
+        "name": "apply_patch",
+        "format": {
+            "type": "grammar",
+            "syntax": "lark",
+            "definition": APPLY_PATCH_GRAMMAR.read_text(),
+        },
+    }
     _post({"model": "m", "input": "x", "tools": [patch], "tool_choice": "required"}, engine)
     constraint = engine.plans[-1].constraint
     assert constraint is not None and '"pattern": "^\\\\*\\\\*\\\\* Begin' in constraint.source
@@ -356,9 +443,18 @@ def test_a_client_that_goes_away_stops_its_generation(streamed: bool) -> None:
     async def send(message: Any) -> None:
         pass
 
-    scope = {"type": "http", "method": "POST", "path": "/v1/responses", "query_string": b"",
-             "headers": [(b"content-type", b"application/json")], "http_version": "1.1",
-             "scheme": "http", "server": ("t", 80), "client": ("c", 1), "root_path": ""}  # fmt: skip
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/v1/responses",
+        "query_string": b"",
+        "headers": [(b"content-type", b"application/json")],
+        "http_version": "1.1",
+        "scheme": "http",
+        "server": ("t", 80),
+        "client": ("c", 1),
+        "root_path": "",
+    }
     asyncio.run(asyncio.wait_for(app(scope, receive, send), 5))
     assert 0 < engine.produced < 100, engine.produced
 
@@ -389,9 +485,11 @@ def test_with_a_json_text_format_the_reply_is_the_answer_or_one_call() -> None:
 
 def test_right_after_a_tool_result_a_json_text_format_is_the_answer() -> None:
     engine = ScriptedEngine()
-    items = [{"role": "user", "content": "weather?"},
-             {"type": "function_call", "call_id": "c", "name": "get_weather", "arguments": "{}"},
-             {"type": "function_call_output", "call_id": "c", "output": "sunny"}]  # fmt: skip
+    items = [
+        {"role": "user", "content": "weather?"},
+        {"type": "function_call", "call_id": "c", "name": "get_weather", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c", "output": "sunny"},
+    ]
     _post({"model": "m", "input": items, "tools": [WEATHER], "text": JSON_ANSWER}, engine)
     plan = engine.plans[-1]
     assert _offered(engine) == [] and plan.opening_ban == ()
@@ -406,12 +504,13 @@ def test_tools_sharing_a_name_are_told_apart_by_namespace() -> None:
         "name": "search",
         "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
     }
-    tools = [search, {"type": "namespace", "name": "jira", "tools": [search]}]  # fmt: skip
+    tools = [search, {"type": "namespace", "name": "jira", "tools": [search]}]
     for written, namespace in (("jira.search", "jira"), ("search", None)):
         engine = ScriptedEngine([f'{{"name": "{written}", "arguments": {{"q": "x"}}}}'])
         output = _post({"model": "m", "input": "x", "tools": tools}, engine).json()["output"]
         assert [(i["type"], i["name"], i.get("namespace")) for i in output] == [
-            ("function_call", "search", namespace)]  # fmt: skip
+            ("function_call", "search", namespace)
+        ]
     offered = _offered(engine)
     assert offered == ["search", "jira.search"]
 

@@ -42,8 +42,11 @@ def _accepts(grammar: str, text: str) -> bool:
 
 
 def _tool(definition: str, syntax: str = "lark") -> dict[str, Any]:
-    return {"type": "custom", "name": "apply_patch",
-            "format": {"type": "grammar", "syntax": syntax, "definition": definition}}  # fmt: skip
+    return {
+        "type": "custom",
+        "name": "apply_patch",
+        "format": {"type": "grammar", "syntax": syntax, "definition": definition},
+    }
 
 
 @cache
@@ -150,12 +153,18 @@ _NL: NEWLINE
 %import common (WS_INLINE, INT, NEWLINE)
 """
 SMALL = {
-    "quotes": (QUOTES, ['say "hi"\tback\\slash', 'say "hi" \tback\\slash\t\\nab\\t'],
-               ['say "hi"back\\slash', 'say "hi"   back\\slash', 'say "hi" back\\slash\t\\x']),
-    "tabs": (TABS, ["a\tb\n", "\t\n", 'x\t"q \\ "\r\n1\n', "a\r\n\n"],
-             ["", "a\tb", "A\n", '"\t"\n', "a\r", '"a""\n']),
+    "quotes": (
+        QUOTES,
+        ['say "hi"\tback\\slash', 'say "hi" \tback\\slash\t\\nab\\t'],
+        ['say "hi"back\\slash', 'say "hi"   back\\slash', 'say "hi" back\\slash\t\\x'],
+    ),
+    "tabs": (
+        TABS,
+        ["a\tb\n", "\t\n", 'x\t"q \\ "\r\n1\n', "a\r\n\n"],
+        ["", "a\tb", "A\n", '"\t"\n', "a\r", '"a""\n'],
+    ),
     "ranges": (RANGES, ["12ab\n", " \t7cc\r\n\n", " 1ca\r\n"], ["ab\n", "1abc\n", "1ab"]),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("name", sorted(SMALL))
@@ -166,10 +175,11 @@ def test_literals_escapes_ranges_and_common_terminals(name: str) -> None:
 
 
 _TEXT = st.text(
-    alphabet=st.one_of(st.sampled_from(list('"\\\t\n\r\x00\x1f ,+-@*abé😀')),
-                       st.characters(codec="utf-8")),
+    alphabet=st.one_of(
+        st.sampled_from(list('"\\\t\n\r\x00\x1f ,+-@*abé😀')), st.characters(codec="utf-8")
+    ),
     max_size=12,
-)  # fmt: skip
+)
 
 
 @st.composite
@@ -239,8 +249,11 @@ REFUSED = {
 @pytest.mark.parametrize("name", sorted(REFUSED))
 def test_a_grammar_that_cannot_be_followed_is_a_400(name: str) -> None:
     definition, reason = REFUSED[name]
-    namespace = {"type": "namespace", "name": "ns", "tools": [{"type": "function", "name": "f"},
-                                                              _tool(definition)]}  # fmt: skip
+    namespace = {
+        "type": "namespace",
+        "name": "ns",
+        "tools": [{"type": "function", "name": "f"}, _tool(definition)],
+    }
     with pytest.raises(InvalidRequest) as caught:
         parse_tools([namespace])
     assert caught.value.param == "tools[0].tools[1].format.definition"
@@ -249,11 +262,13 @@ def test_a_grammar_that_cannot_be_followed_is_a_400(name: str) -> None:
 
 @pytest.mark.parametrize(
     ("fmt", "param"),
-    [({"type": "grammar", "definition": "start: /x/"}, "syntax"),
-     ({"type": "grammar", "syntax": "ebnf", "definition": "start: /x/"}, "syntax"),
-     ({"type": "grammar", "syntax": "lark"}, "definition"),
-     ({"type": "grammar", "syntax": "regex", "definition": "(a"}, "definition")],
-)  # fmt: skip
+    [
+        ({"type": "grammar", "definition": "start: /x/"}, "syntax"),
+        ({"type": "grammar", "syntax": "ebnf", "definition": "start: /x/"}, "syntax"),
+        ({"type": "grammar", "syntax": "lark"}, "definition"),
+        ({"type": "grammar", "syntax": "regex", "definition": "(a"}, "definition"),
+    ],
+)
 def test_a_grammar_format_that_is_not_whole_is_a_400(fmt: dict[str, Any], param: str) -> None:
     with pytest.raises(InvalidRequest) as caught:
         parse_tools([{"type": "custom", "name": "t", "format": fmt}])
@@ -261,6 +276,8 @@ def test_a_grammar_format_that_is_not_whole_is_a_400(fmt: dict[str, Any], param:
 
 
 def test_a_free_form_custom_tool_has_no_pattern() -> None:
-    for tool in ({"type": "custom", "name": "t"}, {"type": "custom", "name": "t",
-                                                    "format": {"type": "text"}}):  # fmt: skip
+    for tool in (
+        {"type": "custom", "name": "t"},
+        {"type": "custom", "name": "t", "format": {"type": "text"}},
+    ):
         assert parse_tools([tool])[0].pattern is None

@@ -26,8 +26,11 @@ def test_every_two_way_split() -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(value=st.text(), cuts=st.lists(st.integers(min_value=0, max_value=200), max_size=12),
-       ascii_only=st.booleans())  # fmt: skip
+@given(
+    value=st.text(),
+    cuts=st.lists(st.integers(min_value=0, max_value=200), max_size=12),
+    ascii_only=st.booleans(),
+)
 def test_random_values_and_chunkings(value: str, cuts: list[int], ascii_only: bool) -> None:
     text = json.dumps({"other": [1, "x"], "input": value, "after": 2}, ensure_ascii=ascii_only)
     points = sorted({min(c, len(text)) for c in cuts})

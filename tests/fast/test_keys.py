@@ -25,8 +25,12 @@ def _as(key: str | None) -> dict[str, str]:
 
 
 async def _calls(url: str | None, body: Any, **kw: Any) -> Any:
-    app = create_app(ResponsesService(ScriptedEngine(delay=0.001)),
-                     SqlStore(url) if url else None, api_keys=[A, B], **kw)  # fmt: skip
+    app = create_app(
+        ResponsesService(ScriptedEngine(delay=0.001)),
+        SqlStore(url) if url else None,
+        api_keys=[A, B],
+        **kw,
+    )
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
@@ -49,11 +53,18 @@ def test_without_a_valid_key_it_is_a_401_but_pages_and_health_are_open() -> None
         }
 
     r = asyncio.run(_calls(None, body))
-    for name, code in (("none", "missing_api_key"), ("wrong", "invalid_api_key"),
-                       ("basic", "missing_api_key")):  # fmt: skip
+    for name, code in (
+        ("none", "missing_api_key"),
+        ("wrong", "invalid_api_key"),
+        ("basic", "missing_api_key"),
+    ):
         assert r[name].status_code == 401, name
-        assert r[name].json()["error"] == {**r[name].json()["error"], "code": code,
-                                           "type": "invalid_request_error", "param": None}  # fmt: skip
+        assert r[name].json()["error"] == {
+            **r[name].json()["error"],
+            "code": code,
+            "type": "invalid_request_error",
+            "param": None,
+        }
         assert r[name].headers["www-authenticate"] == "Bearer"
         assert r[name].headers["x-request-id"]
     assert r["right"].status_code == 200
@@ -62,8 +73,11 @@ def test_without_a_valid_key_it_is_a_401_but_pages_and_health_are_open() -> None
 
 def test_health_and_metrics_can_be_closed_too() -> None:
     async def body(c: httpx.AsyncClient) -> list[int]:
-        return [(await c.get(p, headers=h)).status_code
-                for p in ("/health", "/metrics") for h in ({}, _as(B))]  # fmt: skip
+        return [
+            (await c.get(p, headers=h)).status_code
+            for p in ("/health", "/metrics")
+            for h in ({}, _as(B))
+        ]
 
     assert asyncio.run(_calls(None, body, public=())) == [401, 200, 401, 200]
 
@@ -74,11 +88,21 @@ def test_what_a_key_stores_does_not_exist_for_another(store_url: str) -> None:
         made = (await c.post("/v1/responses", json={"model": "m", "input": "hi"}, headers=a)).json()
         rid = made["id"]
         item = made["output"][0]["id"]
-        conv = (await c.post("/v1/conversations", json={"items": [
-            {"role": "user", "content": "hello"}]}, headers=a)).json()  # fmt: skip
+        conv = (
+            await c.post(
+                "/v1/conversations",
+                json={"items": [{"role": "user", "content": "hello"}]},
+                headers=a,
+            )
+        ).json()
         cid = conv["id"]
-        bg = (await c.post("/v1/responses", headers=a, json={
-            "model": "m", "input": "x", "background": True, "stream": False})).json()  # fmt: skip
+        bg = (
+            await c.post(
+                "/v1/responses",
+                headers=a,
+                json={"model": "m", "input": "x", "background": True, "stream": False},
+            )
+        ).json()
 
         others = [
             ("GET", f"/v1/responses/{rid}", None),
@@ -87,18 +111,27 @@ def test_what_a_key_stores_does_not_exist_for_another(store_url: str) -> None:
             ("DELETE", f"/v1/responses/{rid}", None),
             ("POST", f"/v1/responses/{bg['id']}/cancel", None),
             ("POST", "/v1/responses", {"model": "m", "input": "x", "previous_response_id": rid}),
-            ("POST", "/v1/responses", {"model": "m", "input": [
-                {"type": "item_reference", "id": item}]}),
+            (
+                "POST",
+                "/v1/responses",
+                {"model": "m", "input": [{"type": "item_reference", "id": item}]},
+            ),
             ("POST", "/v1/responses", {"model": "m", "input": "x", "conversation": cid}),
-            ("POST", "/v1/responses/input_tokens", {"model": "m", "input": "x",
-                                                    "previous_response_id": rid}),
+            (
+                "POST",
+                "/v1/responses/input_tokens",
+                {"model": "m", "input": "x", "previous_response_id": rid},
+            ),
             ("GET", f"/v1/conversations/{cid}", None),
             ("POST", f"/v1/conversations/{cid}", {"metadata": {"k": "v"}}),
             ("GET", f"/v1/conversations/{cid}/items", None),
-            ("POST", f"/v1/conversations/{cid}/items", {"items": [
-                {"role": "user", "content": "sneaky"}]}),
+            (
+                "POST",
+                f"/v1/conversations/{cid}/items",
+                {"items": [{"role": "user", "content": "sneaky"}]},
+            ),
             ("DELETE", f"/v1/conversations/{cid}", None),
-        ]  # fmt: skip
+        ]
         for method, path, json_body in others:
             r = await c.request(method, path, json=json_body, headers=b)
             assert r.status_code == 404, (method, path, r.text)
@@ -109,8 +142,11 @@ def test_what_a_key_stores_does_not_exist_for_another(store_url: str) -> None:
         assert (await c.get(f"/v1/responses/{rid}", headers=a)).json() == made
         items = (await c.get(f"/v1/conversations/{cid}/items", headers=a)).json()["data"]
         assert [i["content"][0]["text"] for i in items] == ["hello"]
-        chained = await c.post("/v1/responses", headers=a, json={
-            "model": "m", "input": "more", "previous_response_id": rid, "conversation": None})  # fmt: skip
+        chained = await c.post(
+            "/v1/responses",
+            headers=a,
+            json={"model": "m", "input": "more", "previous_response_id": rid, "conversation": None},
+        )
         assert chained.status_code == 200, chained.text
         listed = [r["id"] for r in (await c.get("/oars/responses", headers=a)).json()["data"]]
         assert rid in listed and bg["id"] in listed
@@ -131,18 +167,20 @@ def test_rows_from_before_keys_belong_to_no_key(tmp_path: Path) -> None:
             await conn.execute(text("ALTER TABLE responses DROP COLUMN tenant"))
             await conn.execute(text("ALTER TABLE conversations DROP COLUMN tenant"))
             await conn.execute(text("UPDATE oars_schema SET version = 1"))
-            await conn.execute(text(
-                "INSERT INTO responses (id, status, background, streamed, owner, lease_until, "
-                "cancel_requested, created_at, snapshot) VALUES ('resp_old', 'completed', 0, 0, "
-                "'r', 0, 0, 1, '{\"id\": \"resp_old\", \"status\": \"completed\"}')"))  # fmt: skip
+            await conn.execute(
+                text(
+                    "INSERT INTO responses (id, status, background, streamed, owner, lease_until, "
+                    "cancel_requested, created_at, snapshot) VALUES ('resp_old', 'completed', 0, 0, "
+                    '\'r\', 0, 0, 1, \'{"id": "resp_old", "status": "completed"}\')'
+                )
+            )
         await store.close()
         return "ok"
 
     asyncio.run(make_v1())
 
     async def read(c: httpx.AsyncClient) -> list[int]:
-        return [(await c.get("/v1/responses/resp_old", headers=_as(k))).status_code
-                for k in (A, B)]  # fmt: skip
+        return [(await c.get("/v1/responses/resp_old", headers=_as(k))).status_code for k in (A, B)]
 
     assert asyncio.run(_calls(url, read)) == [404, 404]
 
@@ -156,8 +194,9 @@ def test_rows_from_before_keys_belong_to_no_key(tmp_path: Path) -> None:
     assert asyncio.run(read_open()) == 200
 
 
-def test_serving_beyond_loopback_needs_keys(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                           monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_serving_beyond_loopback_needs_keys(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("OARS_API_KEYS", raising=False)
     argv = ["serve", "--host", "0.0.0.0", "--upstream", "m=http://127.0.0.1:9/v1"]
     assert main(argv) == 1

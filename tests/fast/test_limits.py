@@ -27,8 +27,11 @@ async def _with(limits: Limits, engine: ScriptedEngine, body: Any) -> Any:
 
 def test_the_output_cap_refuses_more_and_limits_requests_that_ask_none() -> None:
     async def body(c: httpx.AsyncClient) -> tuple[httpx.Response, httpx.Response]:
-        more = await c.post("/v1/responses", headers=KEY_A,
-                            json={"model": "m", "input": "x", "max_output_tokens": 100})  # fmt: skip
+        more = await c.post(
+            "/v1/responses",
+            headers=KEY_A,
+            json={"model": "m", "input": "x", "max_output_tokens": 100},
+        )
         none = await c.post("/v1/responses", headers=KEY_A, json={"model": "m", "input": "x"})
         return more, none
 

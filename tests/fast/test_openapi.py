@@ -36,8 +36,9 @@ async def _calls(app: Any) -> tuple[dict[str, Any], list[tuple[str, str, httpx.R
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
             doc = (await c.get("/openapi.json")).json()
 
-            async def call(method: str, route: str, path: str | None = None,
-                           **kw: Any) -> httpx.Response:  # fmt: skip
+            async def call(
+                method: str, route: str, path: str | None = None, **kw: Any
+            ) -> httpx.Response:
                 r = await c.request(method, path or route, **kw)
                 answers.append((method, route, r))
                 return r
@@ -57,15 +58,20 @@ async def _calls(app: Any) -> tuple[dict[str, Any], list[tuple[str, str, httpx.R
             await call("GET", f"{one}/input_items", f"/v1/responses/{rid}/input_items")
             await call("POST", f"{one}/cancel", f"/v1/responses/{rid}/cancel")
             await call("DELETE", one, f"/v1/responses/{rid}")
-            conv = await call("POST", "/v1/conversations",
-                              json={"items": [{"role": "user", "content": "hi"}]})  # fmt: skip
+            conv = await call(
+                "POST", "/v1/conversations", json={"items": [{"role": "user", "content": "hi"}]}
+            )
             cid = conv.json()["id"]
             base = "/v1/conversations/{conversation_id}"
             await call("GET", base, f"/v1/conversations/{cid}")
             await call("POST", base, f"/v1/conversations/{cid}", json={"metadata": {"a": "b"}})
             items = await call("GET", f"{base}/items", f"/v1/conversations/{cid}/items")
-            await call("POST", f"{base}/items", f"/v1/conversations/{cid}/items",
-                       json={"items": [{"role": "user", "content": "more"}]})  # fmt: skip
+            await call(
+                "POST",
+                f"{base}/items",
+                f"/v1/conversations/{cid}/items",
+                json={"items": [{"role": "user", "content": "more"}]},
+            )
             iid = items.json()["data"][0]["id"]
             item = f"{base}/items/{{item_id}}"
             await call("GET", item, f"/v1/conversations/{cid}/items/{iid}")
@@ -88,8 +94,12 @@ def test_the_document_is_openapi_3_1_and_has_every_route(tmp_path: Path) -> None
     doc, _ = asyncio.run(_calls(app))
     validate(doc)
     assert doc["openapi"] == "3.1.0"
-    served = {(m, r.path) for r in app.routes if isinstance(r, Route)
-              for m in (r.methods or set()) - {"HEAD"}}  # fmt: skip
+    served = {
+        (m, r.path)
+        for r in app.routes
+        if isinstance(r, Route)
+        for m in (r.methods or set()) - {"HEAD"}
+    }
     documented = {(m.upper(), p) for p, ops in doc["paths"].items() for m in ops}
     assert served == documented
     assert len(served) == 24

@@ -25,8 +25,9 @@ from tests.conftest import serving
 
 
 @asynccontextmanager
-async def _client(engine: ScriptedEngine | None = None, store: SqlStore | None = None
-                  ) -> AsyncIterator[httpx.AsyncClient]:  # fmt: skip
+async def _client(
+    engine: ScriptedEngine | None = None, store: SqlStore | None = None
+) -> AsyncIterator[httpx.AsyncClient]:
     app = create_app(ResponsesService(engine or ScriptedEngine()), store)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
@@ -36,22 +37,29 @@ async def _client(engine: ScriptedEngine | None = None, store: SqlStore | None =
 
 def scrape(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     """Every sample of a scrape: (name, labels) → value."""
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}  # fmt: skip
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
-def value(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str,
-          **labels: str) -> float:  # fmt: skip
+def value(
+    samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str
+) -> float:
     return samples.get((name, frozenset(labels.items())), 0.0)
 
 
 def test_metrics_move_by_what_the_requests_did() -> None:
     async def go() -> tuple[list[dict[str, Any]], str]:
         async with _client() as client:
-            bodies = [(await client.post("/v1/responses", json={"model": "m", "input": text})).json()
-                      for text in ("hi", "say more words")]  # fmt: skip
-            streamed = await client.post("/v1/responses",
-                                         json={"model": "m", "input": "x", "stream": True})  # fmt: skip
+            bodies = [
+                (await client.post("/v1/responses", json={"model": "m", "input": text})).json()
+                for text in ("hi", "say more words")
+            ]
+            streamed = await client.post(
+                "/v1/responses", json={"model": "m", "input": "x", "stream": True}
+            )
             assert streamed.status_code == 200
             assert (await client.post("/v1/responses", json={"model": "m"})).status_code == 400
             assert (await client.get("/nowhere/at/all")).status_code == 404
@@ -70,8 +78,9 @@ def test_metrics_move_by_what_the_requests_did() -> None:
     assert value(m, "oars_tokens_total", model="scripted", kind="output") == 9  # 3 × 3 tokens
     assert value(m, "oars_time_to_first_token_seconds_count", model="scripted") == 3
     assert value(m, "oars_inter_token_latency_seconds_count", model="scripted") == 6
-    buckets = [v for (name, labels), v in m.items()
-               if name == "oars_inter_token_latency_seconds_bucket"]  # fmt: skip
+    buckets = [
+        v for (name, labels), v in m.items() if name == "oars_inter_token_latency_seconds_bucket"
+    ]
     assert max(buckets) == 6  # cumulative: the +Inf bucket holds every gap
     assert value(m, "oars_generations_running", model="scripted") == 0
 
@@ -130,8 +139,11 @@ def test_json_logs_carry_the_request_and_the_response(caplog: pytest.LogCaptureF
 
     async def go() -> dict[str, Any]:
         async with _client() as client:
-            r = await client.post("/v1/responses", json={"model": "m", "input": "hi"},
-                                  headers={"x-request-id": "trace-7"})  # fmt: skip
+            r = await client.post(
+                "/v1/responses",
+                json={"model": "m", "input": "hi"},
+                headers={"x-request-id": "trace-7"},
+            )
             return dict(r.json())
 
     with caplog.at_level(logging.INFO):
@@ -161,8 +173,20 @@ def test_oars_serve_logs_json_lines(tmp_path: Path) -> None:
     port = free_port()
     with Replay() as upstream:
         upstream.play(text_stream(["Hi", "!"]))
-        cmd = [sys.executable, "-m", "oars.cli", "serve", "--upstream", f"up={upstream.url}",
-               "--port", str(port), "--store", "none", "--log-format", "json"]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "oars.cli",
+            "serve",
+            "--upstream",
+            f"up={upstream.url}",
+            "--port",
+            str(port),
+            "--store",
+            "none",
+            "--log-format",
+            "json",
+        ]
         env = {**os.environ, "OARS_HOME": str(tmp_path)}
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         try:
@@ -175,8 +199,12 @@ def test_oars_serve_logs_json_lines(tmp_path: Path) -> None:
                 except httpx.TransportError:
                     assert time.monotonic() < deadline and proc.poll() is None
                     time.sleep(0.1)
-            r = httpx.post(f"{base}/v1/responses", json={"model": "up", "input": "x"},
-                           headers={"x-request-id": "trace-json"}, timeout=30)  # fmt: skip
+            r = httpx.post(
+                f"{base}/v1/responses",
+                json={"model": "up", "input": "x"},
+                headers={"x-request-id": "trace-json"},
+                timeout=30,
+            )
             assert r.status_code == 200 and r.headers["x-request-id"] == "trace-json"
         finally:
             proc.terminate()

@@ -25,13 +25,51 @@ from tests.fast.parser_fixtures import chunked, parse
 
 NAMES = frozenset({"get_weather", "search"})
 FRAGMENTS = [
-    "<tool_call>", "</tool_call>", "<think>", "</think>", "{", "}", "[", "]", '"name"', ":",
-    '"get_weather"', '"search"', '"arguments"', '"city"', ",", " ", "\n", "hello", '"', "\\",
-    "<", ">", "/", "<function=get_weather>", "<function=", "</function>", "<parameter=city>",
-    "</parameter>", "<|channel|>", "<|message|>", "<|end|>", "<|start|>", "<|call|>",
-    "assistant", "commentary", "final", "analysis", " to=functions.get_weather", "é", "😀",
-    "\\u00e9", "null", "1.5e3", "true",
-]  # fmt: skip
+    "<tool_call>",
+    "</tool_call>",
+    "<think>",
+    "</think>",
+    "{",
+    "}",
+    "[",
+    "]",
+    '"name"',
+    ":",
+    '"get_weather"',
+    '"search"',
+    '"arguments"',
+    '"city"',
+    ",",
+    " ",
+    "\n",
+    "hello",
+    '"',
+    "\\",
+    "<",
+    ">",
+    "/",
+    "<function=get_weather>",
+    "<function=",
+    "</function>",
+    "<parameter=city>",
+    "</parameter>",
+    "<|channel|>",
+    "<|message|>",
+    "<|end|>",
+    "<|start|>",
+    "<|call|>",
+    "assistant",
+    "commentary",
+    "final",
+    "analysis",
+    " to=functions.get_weather",
+    "é",
+    "😀",
+    "\\u00e9",
+    "null",
+    "1.5e3",
+    "true",
+]
 texts = st.lists(st.sampled_from(FRAGMENTS) | st.text(max_size=3), max_size=40).map("".join)
 cuts = st.lists(st.integers(min_value=0, max_value=400), max_size=12)
 
@@ -50,8 +88,11 @@ def test_parsers_never_raise_and_ignore_the_split(text: str, cuts: list[int], fa
     assert parse(make, chunked(text, cuts)) == parse(make, [text])
 
 
-TOOL = {"type": "function", "name": "get_weather",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}  # fmt: skip
+TOOL = {
+    "type": "function",
+    "name": "get_weather",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+}
 
 
 def _final(chunks: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:

@@ -54,9 +54,13 @@ def test_arguments_are_json_objects(path: Path) -> None:
 def test_fixtures_cover_the_required_shapes() -> None:
     names = {p.stem for p in FIXTURES}
     assert {
-        "one_call", "text_then_call", "two_calls", "json_object_parameter",
-        "multiline_string_parameter", "malformed_markup_is_text",
-    } <= names  # fmt: skip
+        "one_call",
+        "text_then_call",
+        "two_calls",
+        "json_object_parameter",
+        "multiline_string_parameter",
+        "malformed_markup_is_text",
+    } <= names
 
 
 def test_arguments_stream_one_parameter_at_a_time() -> None:
@@ -130,7 +134,9 @@ def test_a_function_that_is_not_offered_is_text() -> None:
 
 def test_string_parameters_stay_strings_whatever_they_look_like() -> None:
     """The schema decides: `cmd: true` is the string "true" when `cmd` is a string."""
-    text = ("<tool_call>\n<function=exec>\n<parameter=cmd>\ntrue\n</parameter>\n"
-            "<parameter=n>\n3\n</parameter>\n</function>\n</tool_call>")  # fmt: skip
+    text = (
+        "<tool_call>\n<function=exec>\n<parameter=cmd>\ntrue\n</parameter>\n"
+        "<parameter=n>\n3\n</parameter>\n</function>\n</tool_call>"
+    )
     parser = lambda: Qwen3CoderParser(None, {"exec": frozenset({"cmd"})})  # noqa: E731
     assert call_arguments(parse(parser, list(text))) == ['{"cmd": "true", "n": 3}']

@@ -24,11 +24,25 @@ ROOT = Path(__file__).parent.parent.parent
 
 
 @contextmanager
-def replica(store: str, name: str, *, chunks: int = 3, delay: float = 0.0,
-            port: int | None = None) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:  # fmt: skip
+def replica(
+    store: str, name: str, *, chunks: int = 3, delay: float = 0.0, port: int | None = None
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     port = port or free_port()
-    cmd = [sys.executable, "-m", "tests.replica", "--store", store, "--port", str(port),
-           "--replica", name, "--chunks", str(chunks), "--delay", str(delay)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "tests.replica",
+        "--store",
+        store,
+        "--port",
+        str(port),
+        "--replica",
+        name,
+        "--chunks",
+        str(chunks),
+        "--delay",
+        str(delay),
+    ]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     base = f"http://127.0.0.1:{port}/v1"
     try:
@@ -55,8 +69,9 @@ def _wait(base: str, proc: subprocess.Popen[bytes]) -> None:
     raise RuntimeError("replica did not start")
 
 
-def _until(base: str, response_id: str, statuses: tuple[str, ...], timeout: float = 30
-           ) -> dict[str, Any]:  # fmt: skip
+def _until(
+    base: str, response_id: str, statuses: tuple[str, ...], timeout: float = 30
+) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         body: dict[str, Any] = httpx.get(f"{base}/responses/{response_id}", timeout=10).json()
@@ -81,20 +96,28 @@ def test_two_replicas_share_one_postgresql(postgres_server: str) -> None:
 
         # a background stream started on A, dropped after a few events, resumed on B
         seen: list[dict[str, Any]] = []
-        with httpx.stream("POST", f"{a}/responses", json={"input": "x", "background": True,
-                                                          "stream": True}, timeout=30) as r:  # fmt: skip
+        with httpx.stream(
+            "POST",
+            f"{a}/responses",
+            json={"input": "x", "background": True, "stream": True},
+            timeout=30,
+        ) as r:
             for line in r.iter_lines():
                 if line.startswith("data: "):
                     seen.append(json.loads(line[6:]))
                 if len(seen) == 6:
                     break
         response_id = seen[0]["response"]["id"]
-        resumed = httpx.get(f"{b}/responses/{response_id}", timeout=60,
-                            params={"stream": "true", "starting_after": 5})  # fmt: skip
+        resumed = httpx.get(
+            f"{b}/responses/{response_id}",
+            timeout=60,
+            params={"stream": "true", "starting_after": 5},
+        )
         tail = validate_sse(resumed.text).events
         assert tail[0]["sequence_number"] == 6 and tail[-1]["type"] == "response.completed"
-        whole = validate_sse(httpx.get(f"{b}/responses/{response_id}", timeout=30,
-                                       params={"stream": "true"}).text)  # fmt: skip
+        whole = validate_sse(
+            httpx.get(f"{b}/responses/{response_id}", timeout=30, params={"stream": "true"}).text
+        )
         assert whole.ok, whole.text()
         assert whole.events[6:] == tail
 

@@ -23,8 +23,9 @@ Client = httpx.AsyncClient
 
 
 @asynccontextmanager
-async def _client(url: str | None, engine: ScriptedEngine, store: SqlStore | None = None,
-                  **kw: Any) -> AsyncIterator[Client]:  # fmt: skip
+async def _client(
+    url: str | None, engine: ScriptedEngine, store: SqlStore | None = None, **kw: Any
+) -> AsyncIterator[Client]:
     service = ResponsesService(engine, sealer=Sealer(b"0" * 43 + b"="))
     app = create_app(service, store or (SqlStore(url) if url else None), **kw)
     async with app.router.lifespan_context(app):
@@ -33,8 +34,12 @@ async def _client(url: str | None, engine: ScriptedEngine, store: SqlStore | Non
             yield client
 
 
-def run(url: str | None, test: Callable[[Client], Awaitable[None]],
-        engine: ScriptedEngine | None = None, store: SqlStore | None = None) -> None:  # fmt: skip
+def run(
+    url: str | None,
+    test: Callable[[Client], Awaitable[None]],
+    engine: ScriptedEngine | None = None,
+    store: SqlStore | None = None,
+) -> None:
     async def go() -> None:
         async with _client(url, engine or ScriptedEngine(), store) as client:
             await test(client)
@@ -88,8 +93,9 @@ def test_previous_response_id_continues_from_input_then_output(store_url: str) -
     engine = ScriptedEngine(["Hello", " world", "!"])
 
     async def test(client: Client) -> None:
-        first = (await client.post("/responses", json={"input": "one", "instructions": "Be brief"})
-                 ).json()  # fmt: skip
+        first = (
+            await client.post("/responses", json={"input": "one", "instructions": "Be brief"})
+        ).json()
         second = await client.post(
             "/responses", json={"input": "two", "previous_response_id": first["id"]}
         )
@@ -101,9 +107,17 @@ def test_previous_response_id_continues_from_input_then_output(store_url: str) -
             "/responses", json={"input": "three", "previous_response_id": second.json()["id"]}
         )
         assert [m.content for m in engine.requests[-1].messages] == [
-            "one", "Hello world!", "two", "Hello world!", "three"]  # fmt: skip
-        items = (await client.get(f"/responses/{third.json()['id']}/input_items",
-                                  params={"order": "asc"})).json()  # fmt: skip
+            "one",
+            "Hello world!",
+            "two",
+            "Hello world!",
+            "three",
+        ]
+        items = (
+            await client.get(
+                f"/responses/{third.json()['id']}/input_items", params={"order": "asc"}
+            )
+        ).json()
         assert [i["type"] for i in items["data"]] == ["message"] * 5
 
     run(store_url, test, engine)
@@ -118,8 +132,9 @@ def test_unknown_previous_response_is_404(store_url: str) -> None:
             "previous_response_id",
             "previous_response_not_found",
         )
-        both = await client.post("/responses", json={"input": "x", "previous_response_id": "r",
-                                                      "conversation": "conv_1"})  # fmt: skip
+        both = await client.post(
+            "/responses", json={"input": "x", "previous_response_id": "r", "conversation": "conv_1"}
+        )
         assert both.status_code == 400
 
     run(store_url, test)
@@ -161,7 +176,9 @@ def test_item_reference_resolves_from_the_store(store_url: str) -> None:
         )
         assert r.status_code == 200
         assert [(m.role, m.content) for m in engine.requests[-1].messages] == [
-            ("assistant", "Hi"), ("user", "again")]  # fmt: skip
+            ("assistant", "Hi"),
+            ("user", "again"),
+        ]
         missing = await client.post(
             "/responses",
             json={
@@ -189,8 +206,9 @@ def test_background_answers_queued_then_runs_and_resumes(store_url: str) -> None
         assert events.ok, events.text()
         types = [e["type"] for e in events.events]
         assert types[:3] == ["response.created", "response.queued", "response.in_progress"]
-        tail = await client.get(f"/responses/{made['id']}",
-                                params={"stream": "true", "starting_after": 5})  # fmt: skip
+        tail = await client.get(
+            f"/responses/{made['id']}", params={"stream": "true", "starting_after": 5}
+        )
         numbers = [e["sequence_number"] for e in validate_sse(tail.text).events]
         assert numbers == list(range(6, len(events.events)))
 
@@ -199,8 +217,7 @@ def test_background_answers_queued_then_runs_and_resumes(store_url: str) -> None
 
 def test_background_requires_store() -> None:
     async def test(client: Client) -> None:
-        r = await client.post("/responses", json={"input": "x", "background": True,
-                                                   "store": False})  # fmt: skip
+        r = await client.post("/responses", json={"input": "x", "background": True, "store": False})
         assert r.status_code == 400 and r.json()["error"]["param"] == "background"
 
     run(None, test)
@@ -256,13 +273,18 @@ def test_conversations(store_url: str) -> None:
         r = await client.post("/responses", json={"input": "more", "conversation": conv["id"]})
         assert r.json()["conversation"] == {"id": conv["id"]}
         assert [m.content for m in engine.requests[-1].messages] == ["hello", "more"]
-        items = (await client.get(f"/conversations/{conv['id']}/items",
-                                  params={"order": "asc"})).json()  # fmt: skip
+        items = (
+            await client.get(f"/conversations/{conv['id']}/items", params={"order": "asc"})
+        ).json()
         texts = [i["content"][0]["text"] for i in items["data"]]
         assert texts == ["hello", "more", "Sure."]
         await client.post("/responses", json={"input": "next", "conversation": {"id": conv["id"]}})
         assert [m.content for m in engine.requests[-1].messages] == [
-            "hello", "more", "Sure.", "next"]  # fmt: skip
+            "hello",
+            "more",
+            "Sure.",
+            "next",
+        ]
         added = (
             await client.post(
                 f"/conversations/{conv['id']}/items",
@@ -273,9 +295,11 @@ def test_conversations(store_url: str) -> None:
         got = (await client.get(f"/conversations/{conv['id']}/items/{item_id}")).json()
         assert got["content"][0]["text"] == "added"
         assert (await client.delete(f"/conversations/{conv['id']}/items/{item_id}")).json()[
-            "id"] == conv["id"]  # fmt: skip
-        updated = (await client.post(f"/conversations/{conv['id']}",
-                                     json={"metadata": {"a": "b"}})).json()  # fmt: skip
+            "id"
+        ] == conv["id"]
+        updated = (
+            await client.post(f"/conversations/{conv['id']}", json={"metadata": {"a": "b"}})
+        ).json()
         assert updated["metadata"] == {"a": "b"}
         gone = (await client.delete(f"/conversations/{conv['id']}")).json()
         assert gone == {"id": conv["id"], "object": "conversation.deleted", "deleted": True}
@@ -298,8 +322,12 @@ def test_encrypted_reasoning_round_trip_and_tamper() -> None:
         reasoning = made["output"][0]
         assert reasoning["type"] == "reasoning" and reasoning["encrypted_content"]
         assert "secret" not in reasoning["encrypted_content"]
-        replay = {"type": "reasoning", "id": reasoning["id"], "summary": [],
-                  "encrypted_content": reasoning["encrypted_content"]}  # fmt: skip
+        replay = {
+            "type": "reasoning",
+            "id": reasoning["id"],
+            "summary": [],
+            "encrypted_content": reasoning["encrypted_content"],
+        }
         answer = {"role": "assistant", "content": "Done."}
         r = await client.post(
             "/responses",
@@ -315,8 +343,10 @@ def test_encrypted_reasoning_round_trip_and_tamper() -> None:
         assert r.status_code == 200
         assert engine.requests[-1].messages[1].reasoning == "secret plan"
         sealed = reasoning["encrypted_content"]
-        tampered = {**replay, "encrypted_content": sealed[:-6] + ("A" if sealed[-6] != "A" else "B")
-                    + sealed[-5:]}  # fmt: skip
+        tampered = {
+            **replay,
+            "encrypted_content": sealed[:-6] + ("A" if sealed[-6] != "A" else "B") + sealed[-5:],
+        }
         bad = await client.post(
             "/responses", json={"input": [tampered, {"role": "user", "content": "x"}]}
         )
@@ -335,8 +365,11 @@ def test_retrieve_with_include_encrypted_reasoning(tmp_path: Path) -> None:
     async def test(client: Client) -> None:
         made = (await client.post("/responses", json={"input": "go"})).json()
         assert made["output"][0]["encrypted_content"] is None
-        got = (await client.get(f"/responses/{made['id']}",
-                                params={"include[]": "reasoning.encrypted_content"})).json()  # fmt: skip
+        got = (
+            await client.get(
+                f"/responses/{made['id']}", params={"include[]": "reasoning.encrypted_content"}
+            )
+        ).json()
         sealed = got["output"][0]["encrypted_content"]
         assert Sealer(b"0" * 43 + b"=").unseal(sealed) == "plan"
         bad = await client.get(f"/responses/{made['id']}", params={"include[]": "nope"})
@@ -454,14 +487,18 @@ def test_completed_is_said_only_once_it_is_kept(store_url: str) -> None:
     engine = ScriptedEngine(["Paris"])
 
     async def test(client: Client) -> None:
-        made = (await client.post("/responses", json={"input": "capital?", "background": True})
-                ).json()  # fmt: skip
+        made = (
+            await client.post("/responses", json={"input": "capital?", "background": True})
+        ).json()
         await _until(client, made["id"], ("completed",))
         await client.post(
             "/responses", json={"input": "and Spain?", "previous_response_id": made["id"]}
         )
         assert [m.content for m in engine.requests[-1].messages] == [
-            "capital?", "Paris", "and Spain?"]  # fmt: skip
+            "capital?",
+            "Paris",
+            "and Spain?",
+        ]
 
     run(None, test, engine, _SlowFinish(store_url))
 
@@ -484,11 +521,14 @@ def test_concurrent_turns_of_one_conversation_all_land(store_url: str) -> None:
 
     async def test(client: Client) -> None:
         conv = (await client.post("/conversations", json={})).json()
-        turns = [client.post("/responses", json={"input": f"t{i}", "conversation": conv["id"]})
-                 for i in range(6)]  # fmt: skip
+        turns = [
+            client.post("/responses", json={"input": f"t{i}", "conversation": conv["id"]})
+            for i in range(6)
+        ]
         assert all(r.status_code == 200 for r in await asyncio.gather(*turns))
-        items = (await client.get(f"/conversations/{conv['id']}/items", params={"limit": 100})
-                 ).json()  # fmt: skip
+        items = (
+            await client.get(f"/conversations/{conv['id']}/items", params={"limit": 100})
+        ).json()
         assert len(items["data"]) == 12
 
     run(store_url, test, engine)
@@ -524,8 +564,11 @@ def test_a_lone_surrogate_is_refused_and_nothing_is_kept(store_url: str) -> None
     async def test(client: Client) -> None:
         conv = (await client.post("/conversations", json={})).json()
         body = b'{"items": [{"role": "user", "content": "a\\ud800b"}]}'
-        added = await client.post(f"/conversations/{conv['id']}/items", content=body,
-                                  headers={"content-type": "application/json"})  # fmt: skip
+        added = await client.post(
+            f"/conversations/{conv['id']}/items",
+            content=body,
+            headers={"content-type": "application/json"},
+        )
         assert added.status_code == 400
         assert added.json()["error"]["param"] == "items[0].content"
         items = await client.get(f"/conversations/{conv['id']}/items")

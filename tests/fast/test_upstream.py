@@ -23,9 +23,16 @@ from oars.validator import validate_sse
 from tests.conftest import free_port
 from tests.upstream_replay import FIXTURES, Replay, Scenario, recorded, text_stream
 
-WEATHER = {"type": "function", "name": "get_weather", "description": "Weather in a city.",
-           "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                          "required": ["city"]}}  # fmt: skip
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Weather in a city.",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+    },
+}
 
 
 @pytest.fixture
@@ -38,9 +45,15 @@ def _engine(url: str, **options: Any) -> UpstreamEngine:
     return UpstreamEngine(UpstreamConfig("up", url, **{"idle_timeout": 2.0, **options}))
 
 
-def _call(upstream_url: str, body: dict[str, Any], *, method: str = "POST",
-          path: str = "/v1/responses", engines: dict[str, Engine] | None = None,
-          **options: Any) -> httpx.Response:  # fmt: skip
+def _call(
+    upstream_url: str,
+    body: dict[str, Any],
+    *,
+    method: str = "POST",
+    path: str = "/v1/responses",
+    engines: dict[str, Engine] | None = None,
+    **options: Any,
+) -> httpx.Response:
     engines = engines or {"up": _engine(upstream_url, **options)}
     service = ResponsesService(engines, strict_models=True)
     app = create_app(service)
@@ -75,30 +88,51 @@ def _final(events: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def test_the_request_becomes_a_streamed_chat_completion(upstream: Replay) -> None:
-    namespace = {"type": "namespace", "name": "files", "tools": [
-        {"type": "function", "name": "read", "parameters": {"type": "object"}}]}  # fmt: skip
+    namespace = {
+        "type": "namespace",
+        "name": "files",
+        "tools": [{"type": "function", "name": "read", "parameters": {"type": "object"}}],
+    }
     patch = {"type": "custom", "name": "apply_patch", "description": "Patch files."}
     history = [
         {"role": "user", "content": "weather?"},
-        {"type": "function_call", "call_id": "c1", "name": "get_weather",
-         "arguments": '{"city": "Paris"}'},
+        {
+            "type": "function_call",
+            "call_id": "c1",
+            "name": "get_weather",
+            "arguments": '{"city": "Paris"}',
+        },
         {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
-    ]  # fmt: skip
+    ]
     # (not through the validator: the SDK's types do not know namespace tools in the echo)
-    _call(upstream.url, {
-        "instructions": "Be brief.", "input": history, "tools": [WEATHER, namespace, patch],
-        "tool_choice": "auto", "parallel_tool_calls": False, "max_output_tokens": 50,
-        "temperature": 0.2, "top_p": 0.9, "seed": 7, "reasoning": {"effort": "low"},
-        "include": ["message.output_text.logprobs"], "top_logprobs": 2,
-    })  # fmt: skip
+    _call(
+        upstream.url,
+        {
+            "instructions": "Be brief.",
+            "input": history,
+            "tools": [WEATHER, namespace, patch],
+            "tool_choice": "auto",
+            "parallel_tool_calls": False,
+            "max_output_tokens": 50,
+            "temperature": 0.2,
+            "top_p": 0.9,
+            "seed": 7,
+            "reasoning": {"effort": "low"},
+            "include": ["message.output_text.logprobs"],
+            "top_logprobs": 2,
+        },
+    )
     sent = upstream.bodies[-1]
     assert sent["model"] == "up" and sent["stream"] is True
     assert sent["stream_options"] == {"include_usage": True}
     assert [m["role"] for m in sent["messages"]] == ["system", "user", "assistant", "tool"]
     assert sent["messages"][0]["content"] == "Be brief."
     call = sent["messages"][2]["tool_calls"][0]
-    assert call == {"id": "c1", "type": "function",
-                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}  # fmt: skip
+    assert call == {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+    }
     assert sent["messages"][3] == {"role": "tool", "content": "sunny", "tool_call_id": "c1"}
     names = [t["function"]["name"] for t in sent["tools"]]
     assert names == ["get_weather", "read", "apply_patch"]  # namespace flattened
@@ -106,28 +140,47 @@ def test_the_request_becomes_a_streamed_chat_completion(upstream: Replay) -> Non
     assert custom["properties"] == {"input": {"type": "string"}}
     assert (sent["tool_choice"], sent["parallel_tool_calls"]) == ("auto", False)
     assert (sent["max_tokens"], sent["temperature"], sent["top_p"], sent["seed"]) == (
-        50, 0.2, 0.9, 7)  # fmt: skip
+        50,
+        0.2,
+        0.9,
+        7,
+    )
     assert (sent["logprobs"], sent["top_logprobs"], sent["reasoning_effort"]) == (True, 2, "low")
 
 
 def test_tool_choice_and_text_format_translate(upstream: Replay) -> None:
-    _stream(upstream.url, {"input": "x", "tools": [WEATHER],
-                           "tool_choice": {"type": "function", "name": "get_weather"}})  # fmt: skip
+    _stream(
+        upstream.url,
+        {
+            "input": "x",
+            "tools": [WEATHER],
+            "tool_choice": {"type": "function", "name": "get_weather"},
+        },
+    )
     assert upstream.bodies[-1]["tool_choice"] == {
-        "type": "function", "function": {"name": "get_weather"}}  # fmt: skip
+        "type": "function",
+        "function": {"name": "get_weather"},
+    }
     _stream(upstream.url, {"input": "x", "tools": [WEATHER], "tool_choice": "none"})
     assert "tools" not in upstream.bodies[-1]
-    fmt = {"type": "json_schema", "name": "answer", "strict": True,
-           "schema": {"type": "object", "properties": {"a": {"type": "integer"}}}}  # fmt: skip
+    fmt = {
+        "type": "json_schema",
+        "name": "answer",
+        "strict": True,
+        "schema": {"type": "object", "properties": {"a": {"type": "integer"}}},
+    }
     _stream(upstream.url, {"input": "x", "text": {"format": fmt}})
     assert upstream.bodies[-1]["response_format"] == {
-        "type": "json_schema", "json_schema": {"name": "answer", "schema": fmt["schema"],
-                                               "strict": True}}  # fmt: skip
+        "type": "json_schema",
+        "json_schema": {"name": "answer", "schema": fmt["schema"], "strict": True},
+    }
     _stream(upstream.url, {"input": "x", "text": {"format": {"type": "json_object"}}})
     assert upstream.bodies[-1]["response_format"] == {"type": "json_object"}
     _stream(upstream.url, {"input": "x", "text": {"format": fmt}}, schema_in_json_object=True)
-    assert upstream.bodies[-1]["response_format"] == {"type": "json_object",
-                                                      "schema": fmt["schema"]}  # fmt: skip
+    assert upstream.bodies[-1]["response_format"] == {
+        "type": "json_object",
+        "schema": fmt["schema"],
+    }
 
 
 def test_api_key_comes_from_the_named_environment_variable(
@@ -155,8 +208,14 @@ def test_plain_text_stream(upstream: Replay) -> None:
     assert response["usage"]["input_tokens"] == 7 and response["usage"]["output_tokens"] == 3
 
 
-REASONING_DIALECTS = ["vllm_reasoning", "vllm_reasoning_field", "sglang_reasoning",
-                      "ollama_reasoning", "ollama_reasoning_legacy", "deepseek_reasoning"]  # fmt: skip
+REASONING_DIALECTS = [
+    "vllm_reasoning",
+    "vllm_reasoning_field",
+    "sglang_reasoning",
+    "ollama_reasoning",
+    "ollama_reasoning_legacy",
+    "deepseek_reasoning",
+]
 
 
 @pytest.mark.parametrize("name", REASONING_DIALECTS)
@@ -176,9 +235,13 @@ def test_reasoning_dialects_become_a_reasoning_item(upstream: Replay, name: str)
 
 
 def _deltas(scenario: Scenario, key: str) -> list[str]:
-    return [c["choices"][0]["delta"][key] for c in scenario.chunks
-            if isinstance(c, dict) and c.get("choices")
-            and isinstance(c["choices"][0].get("delta", {}).get(key), str)]  # fmt: skip
+    return [
+        c["choices"][0]["delta"][key]
+        for c in scenario.chunks
+        if isinstance(c, dict)
+        and c.get("choices")
+        and isinstance(c["choices"][0].get("delta", {}).get(key), str)
+    ]
 
 
 def test_cached_and_reasoning_tokens_are_reported(upstream: Replay) -> None:
@@ -208,15 +271,19 @@ def test_indexed_call_deltas_become_one_item_per_call(upstream: Replay, name: st
             piece = delta.get("function", {}).get("arguments") or ""
             expected[delta["index"]] = expected.get(delta["index"], "") + piece
     assert [json.loads(c["arguments"]) for c in calls] == [
-        json.loads(expected[i]) for i in sorted(expected)]  # fmt: skip
+        json.loads(expected[i]) for i in sorted(expected)
+    ]
     assert all(c["status"] == "completed" and c["call_id"] for c in calls)
 
 
 def test_a_call_repeating_its_name_in_every_delta_keeps_one_name(upstream: Replay) -> None:
     """llama-cpp-python's server repeats id, type and name in each argument delta."""
     upstream.play(recorded("llama_cpp_python_named_tool"))
-    body = {"input": "x", "tools": [WEATHER],
-            "tool_choice": {"type": "function", "name": "get_weather"}}  # fmt: skip
+    body = {
+        "input": "x",
+        "tools": [WEATHER],
+        "tool_choice": {"type": "function", "name": "get_weather"},
+    }
     response = _final(_stream(upstream.url, body))
     [call] = [item for item in response["output"] if item["type"] == "function_call"]
     assert call["name"] == "get_weather" and json.loads(call["arguments"])["city"]
@@ -227,15 +294,20 @@ def test_logprobs_reach_the_output_text(upstream: Replay) -> None:
     upstream.play(scenario)
     body = {"input": "x", "include": ["message.output_text.logprobs"], "top_logprobs": 2}
     part = _final(_stream(upstream.url, body))["output"][0]["content"][0]
-    entries = [e for c in scenario.chunks if c.get("choices") and c["choices"][0]["delta"].get(
-               "content") for e in (c["choices"][0].get("logprobs") or {}).get("content") or []]  # fmt: skip
+    entries = [
+        e
+        for c in scenario.chunks
+        if c.get("choices") and c["choices"][0]["delta"].get("content")
+        for e in (c["choices"][0].get("logprobs") or {}).get("content") or []
+    ]
     assert [lp["token"] for lp in part["logprobs"]] == [e["token"] for e in entries]
     assert part["logprobs"][0]["logprob"] == entries[0]["logprob"]
     assert len(part["logprobs"][0]["top_logprobs"]) == 2
 
 
-@pytest.mark.parametrize(("name", "reason"), [("length", "max_output_tokens"),
-                                              ("content_filter", "content_filter")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "reason"), [("length", "max_output_tokens"), ("content_filter", "content_filter")]
+)
 def test_cut_short_is_incomplete_with_its_reason(upstream: Replay, name: str, reason: str) -> None:
     upstream.play(recorded(name))
     response = _final(_stream(upstream.url, {"input": "x"}))
@@ -243,8 +315,9 @@ def test_cut_short_is_incomplete_with_its_reason(upstream: Replay, name: str, re
     assert response["incomplete_details"] == {"reason": reason}
 
 
-@pytest.mark.parametrize("name", ["usage_in_last_choice_chunk", "text_with_role_first",
-                                  "llama_cpp_python_text"])  # fmt: skip
+@pytest.mark.parametrize(
+    "name", ["usage_in_last_choice_chunk", "text_with_role_first", "llama_cpp_python_text"]
+)
 def test_other_framings_complete(upstream: Replay, name: str) -> None:
     upstream.play(recorded(name))
     response = _final(_stream(upstream.url, {"input": "x"}))
@@ -252,18 +325,34 @@ def test_other_framings_complete(upstream: Replay, name: str) -> None:
 
 
 def test_every_recorded_stream_is_replayed_by_a_test() -> None:
-    covered = {*REASONING_DIALECTS, "vllm_parallel_tools", "interleaved_tools", "logprobs",
-               "length", "content_filter", "usage_in_last_choice_chunk", "text_with_role_first",
-               "llama_cpp_python_text", "llama_cpp_python_named_tool"}  # fmt: skip
+    covered = {
+        *REASONING_DIALECTS,
+        "vllm_parallel_tools",
+        "interleaved_tools",
+        "logprobs",
+        "length",
+        "content_filter",
+        "usage_in_last_choice_chunk",
+        "text_with_role_first",
+        "llama_cpp_python_text",
+        "llama_cpp_python_named_tool",
+    }
     assert {p.stem for p in FIXTURES.glob("*.json")} == covered
 
 
 def test_calls_and_think_left_in_content_are_parsed_when_asked(upstream: Replay) -> None:
-    text = ['<think>The user', ' wants weather.</think>', '<tool_call>\n{"name": "get_weather",',
-            ' "arguments": {"city": "Paris"}}\n</tool_call>']  # fmt: skip
+    text = [
+        "<think>The user",
+        " wants weather.</think>",
+        '<tool_call>\n{"name": "get_weather",',
+        ' "arguments": {"city": "Paris"}}\n</tool_call>',
+    ]
     upstream.play(text_stream(text))
-    response = _final(_stream(upstream.url, {"input": "x", "tools": [WEATHER]},
-                              parse_calls="hermes", parse_think=True))  # fmt: skip
+    response = _final(
+        _stream(
+            upstream.url, {"input": "x", "tools": [WEATHER]}, parse_calls="hermes", parse_think=True
+        )
+    )
     kinds = [item["type"] for item in response["output"]]
     assert kinds == ["reasoning", "function_call"], kinds
     assert json.loads(response["output"][1]["arguments"]) == {"city": "Paris"}
@@ -296,8 +385,14 @@ def test_no_answer_in_time_is_a_504(upstream: Replay) -> None:
 
 
 def test_an_upstream_4xx_passes_through_with_its_message(upstream: Replay) -> None:
-    body = {"error": {"message": "This model's maximum context length is 4096 tokens.",
-                      "type": "BadRequestError", "param": None, "code": 400}}  # fmt: skip
+    body = {
+        "error": {
+            "message": "This model's maximum context length is 4096 tokens.",
+            "type": "BadRequestError",
+            "param": None,
+            "code": 400,
+        }
+    }
     upstream.play(Scenario(status=400, error=body))
     error = _error(_call(upstream.url, {"input": "x", "stream": True}), 400)
     assert "maximum context length" in error["message"]
@@ -418,8 +513,10 @@ def test_upstreams_are_configured_by_flag_or_toml(tmp_path: Any) -> None:
     with pytest.raises(ValueError):
         upstream_arg("no-url")
     path = tmp_path / "upstreams.toml"
-    path.write_text('[[upstream]]\nmodel = "a"\nurl = "http://x/v1"\nparse_calls = "hermes"\n'
-                    'idle_timeout = 5.0\n[[upstream]]\nmodel = "b"\nurl = "http://y/v1"\n')  # fmt: skip
+    path.write_text(
+        '[[upstream]]\nmodel = "a"\nurl = "http://x/v1"\nparse_calls = "hermes"\n'
+        'idle_timeout = 5.0\n[[upstream]]\nmodel = "b"\nurl = "http://y/v1"\n'
+    )
     a, b = load_upstreams(str(path))
     assert (a.parse_calls, a.idle_timeout, b.model) == ("hermes", 5.0, "b")
     path.write_text('[[upstream]]\nmodel = "a"\nurl = "http://x/v1"\nspeed = 3\n')
@@ -437,14 +534,27 @@ def test_a_stream_without_usage_is_counted_by_the_upstream(upstream: Replay) -> 
 def test_a_client_that_leaves_closes_the_upstream_request_at_once(upstream: Replay) -> None:
     """End to end, with a real `oars serve --upstream` process (no model to load)."""
     port = free_port()
-    cmd = [sys.executable, "-m", "oars.cli", "serve", "--port", str(port), "--store", "none",
-           "--upstream", f"up={upstream.url}", "--log-level", "warning"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "oars.cli",
+        "serve",
+        "--port",
+        str(port),
+        "--store",
+        "none",
+        "--upstream",
+        f"up={upstream.url}",
+        "--log-level",
+        "warning",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     try:
         _wait_for(lambda: httpx.get(f"{base}/health", timeout=1).status_code == 200)
-        upstream.play(Scenario(text_stream([f"w{i} " for i in range(500)]).chunks,
-                               chunk_delay=0.02))  # fmt: skip
+        upstream.play(
+            Scenario(text_stream([f"w{i} " for i in range(500)]).chunks, chunk_delay=0.02)
+        )
         body = {"model": "up", "input": "x", "stream": True}
         with httpx.stream("POST", f"{base}/v1/responses", json=body, timeout=10) as r:
             for line in r.iter_lines():
@@ -500,33 +610,50 @@ def _output(upstream: Replay, scenario: Scenario) -> dict[str, Any]:
 
 def test_a_call_cut_off_mid_arguments_is_never_completed(upstream: Replay) -> None:
     for finish in ("tool_calls", "stop"):
-        response = _output(upstream, _calls_stream(
-            [_fn("get_weather", '{"city": "Pa', index=0)], finish=finish))  # fmt: skip
+        response = _output(
+            upstream, _calls_stream([_fn("get_weather", '{"city": "Pa', index=0)], finish=finish)
+        )
         assert response["status"] == "failed", response["output"]
         assert response["output"][0]["status"] == "incomplete"
 
 
 def test_text_sent_inside_an_unfinished_call_waits_for_it(upstream: Replay) -> None:
-    response = _output(upstream, _calls_stream(
-        [_fn("get_weather", '{"city": "Pa', index=0)], "Let me check.",
-        [_fn(None, 'ris"}', index=0)]))  # fmt: skip
+    response = _output(
+        upstream,
+        _calls_stream(
+            [_fn("get_weather", '{"city": "Pa', index=0)],
+            "Let me check.",
+            [_fn(None, 'ris"}', index=0)],
+        ),
+    )
     call, message = response["output"]
     assert json.loads(call["arguments"]) == {"city": "Paris"} and call["status"] == "completed"
     assert message["content"][0]["text"] == "Let me check."
 
 
 def test_calls_without_an_index_are_told_apart_by_id(upstream: Replay) -> None:
-    response = _output(upstream, _calls_stream(
-        [_fn("get_weather", '{"city": ', id="a")], [_fn(None, '"Paris"}')],
-        [_fn("get_weather", '{"city": "Oslo"}', id="b")]))  # fmt: skip
+    response = _output(
+        upstream,
+        _calls_stream(
+            [_fn("get_weather", '{"city": ', id="a")],
+            [_fn(None, '"Paris"}')],
+            [_fn("get_weather", '{"city": "Oslo"}', id="b")],
+        ),
+    )
     cities = [json.loads(c["arguments"])["city"] for c in response["output"]]
     assert cities == ["Paris", "Oslo"] and response["status"] == "completed"
 
 
 def test_a_name_in_pieces_and_a_call_without_arguments(upstream: Replay) -> None:
-    response = _output(upstream, _calls_stream(
-        [_fn("get_", "", index=0)], [_fn("weather", None, index=0)],
-        [_fn(None, '{"city": "Rome"}', index=0)], [_fn("get_weather", None, index=1)]))  # fmt: skip
+    response = _output(
+        upstream,
+        _calls_stream(
+            [_fn("get_", "", index=0)],
+            [_fn("weather", None, index=0)],
+            [_fn(None, '{"city": "Rome"}', index=0)],
+            [_fn("get_weather", None, index=1)],
+        ),
+    )
     first, second = response["output"]
     assert (first["name"], json.loads(first["arguments"])) == ("get_weather", {"city": "Rome"})
     assert (second["name"], second["arguments"]) == ("get_weather", "{}")
@@ -536,8 +663,9 @@ def test_the_first_chunk_may_take_longer_than_the_idle_timeout(upstream: Replay)
     """Engines send their headers at once, then queue and prefill."""
     slow_start = Scenario(text_stream(["ok"]).chunks, stall_after=0, stall=1.0)
     upstream.play(slow_start)
-    response = _final(_stream(upstream.url, {"input": "x"}, idle_timeout=0.3,
-                              first_byte_timeout=5.0))  # fmt: skip
+    response = _final(
+        _stream(upstream.url, {"input": "x"}, idle_timeout=0.3, first_byte_timeout=5.0)
+    )
     assert response["status"] == "completed"
 
 

@@ -100,8 +100,9 @@ def test_good_stream_passes() -> None:
 
 
 @pytest.mark.parametrize(("breaker", "rule"), CASES, ids=lambda c: getattr(c, "__name__", c))
-def test_broken_stream_names_the_rule(breaker: Callable[[list[Event]], list[Event]], rule: str
-                                      ) -> None:  # fmt: skip
+def test_broken_stream_names_the_rule(
+    breaker: Callable[[list[Event]], list[Event]], rule: str
+) -> None:
     report = validate_events(breaker(copy.deepcopy(_good())))
     assert not report.ok
     assert rule in {v.rule for v in report.violations}, report.text()
@@ -122,8 +123,9 @@ def test_done_marker_is_tolerated() -> None:
 
 def test_error_must_be_followed_by_failed() -> None:
     ev: list[dict[str, Any]] = _good()
-    ev.insert(-1, {"type": "error", "code": "x", "message": "m", "param": None,
-                   "sequence_number": 0})  # fmt: skip
+    ev.insert(
+        -1, {"type": "error", "code": "x", "message": "m", "param": None, "sequence_number": 0}
+    )
     assert "I2" in {v.rule for v in validate_events(_renumber(ev)).violations}
 
 

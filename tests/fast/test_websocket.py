@@ -27,8 +27,9 @@ TERMINAL = ("response.completed", "response.incomplete", "response.failed", "err
 Frames = list[dict[str, Any]]
 
 
-def _client(engine: ScriptedEngine | None = None, store: SqlStore | None = None,
-            **kw: Any) -> TestClient:  # fmt: skip
+def _client(
+    engine: ScriptedEngine | None = None, store: SqlStore | None = None, **kw: Any
+) -> TestClient:
     service = ResponsesService(engine or ScriptedEngine(), sealer=Sealer(b"0" * 43 + b"="))
     return TestClient(create_app(service, store, **kw))
 
@@ -67,11 +68,12 @@ def socket(engine: ScriptedEngine) -> Iterator[Any]:
         yield ws
 
 
-def test_a_session_streams_each_response_as_sse_would(socket: Any, engine: ScriptedEngine
-                                                      ) -> None:  # fmt: skip
+def test_a_session_streams_each_response_as_sse_would(socket: Any, engine: ScriptedEngine) -> None:
     first = _turn(socket, _create(input="Remember: cobalt.", store=False))
-    second = _turn(socket, _create(input="The word?", store=False,
-                                   previous_response_id=first[-1]["response"]["id"]))  # fmt: skip
+    second = _turn(
+        socket,
+        _create(input="The word?", store=False, previous_response_id=first[-1]["response"]["id"]),
+    )
     for frames in (first, second):
         report = validate_events(frames)
         assert report.ok, report.text()
@@ -82,17 +84,25 @@ def test_a_session_streams_each_response_as_sse_would(socket: Any, engine: Scrip
     assert got == json.loads(path.read_text())
     # the continuation's prompt holds the first turn, though nothing was stored
     prompt = [(m.role, m.content) for m in engine.requests[1].messages]
-    assert prompt == [("user", "Remember: cobalt."), ("assistant", "Hello world!"),
-                      ("user", "The word?")]  # fmt: skip
+    assert prompt == [
+        ("user", "Remember: cobalt."),
+        ("assistant", "Hello world!"),
+        ("user", "The word?"),
+    ]
 
 
-def test_an_unknown_previous_response_is_an_error_frame_and_the_socket_goes_on(socket: Any
-                                                                               ) -> None:  # fmt: skip
+def test_an_unknown_previous_response_is_an_error_frame_and_the_socket_goes_on(socket: Any) -> None:
     [frame] = _turn(socket, _create(input="x", store=False, previous_response_id="resp_nope"))
     message = frame["error"].pop("message")
-    assert frame == {"type": "error", "status": 404, "error": {
-        "type": "invalid_request_error", "code": "previous_response_not_found",
-        "param": "previous_response_id"}}  # fmt: skip
+    assert frame == {
+        "type": "error",
+        "status": 404,
+        "error": {
+            "type": "invalid_request_error",
+            "code": "previous_response_not_found",
+            "param": "previous_response_id",
+        },
+    }
     assert message.startswith("Previous response with id 'resp_nope' not found")
     assert _turn(socket, _create(input="again"))[-1]["type"] == "response.completed"
 
@@ -147,16 +157,20 @@ def test_stored_responses_continue_from_any_socket(tmp_path: Path) -> None:
         assert client.get(f"/v1/responses/{first['id']}").json() == first
 
 
-@pytest.mark.parametrize(("frame", "status", "param", "code"), [
-    ("not json", 400, None, "invalid_json"),
-    ("[1]", 400, None, "invalid_type"),
-    (json.dumps({"type": "response.cancel"}), 400, "type", "invalid_value"),
-    (json.dumps(_create(input="x", background=True)), 400, "background", "invalid_value"),
-    (json.dumps(_create()), 400, "input", "missing_required_parameter"),
-    (json.dumps(_create(input="x", temperature=9)), 400, "temperature", "invalid_value"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("frame", "status", "param", "code"),
+    [
+        ("not json", 400, None, "invalid_json"),
+        ("[1]", 400, None, "invalid_type"),
+        (json.dumps({"type": "response.cancel"}), 400, "type", "invalid_value"),
+        (json.dumps(_create(input="x", background=True)), 400, "background", "invalid_value"),
+        (json.dumps(_create()), 400, "input", "missing_required_parameter"),
+        (json.dumps(_create(input="x", temperature=9)), 400, "temperature", "invalid_value"),
+    ],
+)
 def test_a_bad_frame_is_an_error_frame_and_the_socket_goes_on(
-        socket: Any, frame: str, status: int, param: str | None, code: str) -> None:  # fmt: skip
+    socket: Any, frame: str, status: int, param: str | None, code: str
+) -> None:
     [error] = _turn(socket, frame)
     assert error["type"] == "error" and error["status"] == status
     assert (error["error"]["param"], error["error"]["code"]) == (param, code)
@@ -196,8 +210,10 @@ def test_closing_the_socket_stops_its_generation() -> None:
 
 def test_a_socket_needs_the_key_when_the_server_has_keys() -> None:
     with _client(api_keys=["k1"]) as client:
-        with pytest.raises(WebSocketDenialResponse) as denied, client.websocket_connect(
-                "/v1/responses"):  # fmt: skip
+        with (
+            pytest.raises(WebSocketDenialResponse) as denied,
+            client.websocket_connect("/v1/responses"),
+        ):
             pass
         assert denied.value.status_code == 401
         assert denied.value.json()["error"]["code"] == "missing_api_key"

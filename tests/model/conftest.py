@@ -58,9 +58,23 @@ def llama_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
     port = _free_port()
     log = tmp_path_factory.mktemp("upstream") / "server.log"
-    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(pull()),
-           "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "16384", "--n_threads", str(os.cpu_count() or 1),
-           "--interrupt_requests", "False"]  # a second request must not cut the first  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(pull()),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--n_ctx",
+        "16384",
+        "--n_threads",
+        str(os.cpu_count() or 1),
+        "--interrupt_requests",
+        "False",
+    ]  # a second request must not cut the first
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
@@ -76,9 +90,11 @@ def upstreams_file(folder: Path, upstream: str) -> Path:
     llama-cpp-python server leaves the model's calls in the text (oars parses them) and takes
     a JSON schema inside a `json_object` response format."""
     path = folder / "upstreams.toml"
-    path.write_text(f'[[upstream]]\nmodel = "{MODEL}"\nurl = "{upstream}"\n'
-                    'parse_calls = "hermes"\nschema_in_json_object = true\n'
-                    'idle_timeout = 600.0\n')  # fmt: skip
+    path.write_text(
+        f'[[upstream]]\nmodel = "{MODEL}"\nurl = "{upstream}"\n'
+        'parse_calls = "hermes"\nschema_in_json_object = true\n'
+        "idle_timeout = 600.0\n"
+    )
     return path
 
 
@@ -87,8 +103,13 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, llama_upstream: str) -> It
     """`oars serve --upstreams …` in front of `llama_upstream` (temperature 0 by default, as
     the agent server)."""
     folder = tmp_path_factory.mktemp("gateway")
-    yield from _serve(tmp_path_factory, "--upstreams", str(upstreams_file(folder, llama_upstream)),
-                      "--temperature", "0")  # fmt: skip
+    yield from _serve(
+        tmp_path_factory,
+        "--upstreams",
+        str(upstreams_file(folder, llama_upstream)),
+        "--temperature",
+        "0",
+    )
 
 
 # The servers' reasoning key, so tests can seal reasoning the way a client would get it back.
@@ -96,15 +117,26 @@ SECRET_KEY = "b2Fycy10ZXN0LWtleS1vbmx5LWZvci10aGUtc3VpdGU="
 
 
 def _serve(
-    tmp_path_factory: pytest.TempPathFactory, *args: str, env: dict[str, str] | None = None,
+    tmp_path_factory: pytest.TempPathFactory,
+    *args: str,
+    env: dict[str, str] | None = None,
     folder: Path | None = None,
-) -> Iterator[str]:  # fmt: skip
+) -> Iterator[str]:
     """A server on a free port, its store and log (`oars.log`) in `folder` (default: new)."""
     port = _free_port()
     folder = folder or tmp_path_factory.mktemp("server")
     log = folder / "oars.log"
-    cmd = [sys.executable, "-m", "oars.cli", "serve", "--port", str(port),
-           "--store", str(folder / "oars.db"), *args]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "oars.cli",
+        "serve",
+        "--port",
+        str(port),
+        "--store",
+        str(folder / "oars.db"),
+        *args,
+    ]
     with open(log, "wb") as out:
         environ = {**os.environ, "OARS_SECRET_KEY": SECRET_KEY, **(env or {})}
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=environ)

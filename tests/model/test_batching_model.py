@@ -23,9 +23,12 @@ pytestmark = pytest.mark.model
 
 GREEDY = {"model": "default", "temperature": 0, "seed": 11, "max_output_tokens": 24}
 TOPICS = ("the sea", "a lighthouse", "the number seven", "autumn rain")
-LONG = {"model": "default",  # writes to its token limit (at temperature 0)
-        "input": "List the numbers from 1 to 2000, one per line, with no other text.",
-        "max_output_tokens": 2000, "temperature": 0}  # fmt: skip
+LONG = {
+    "model": "default",  # writes to its token limit (at temperature 0)
+    "input": "List the numbers from 1 to 2000, one per line, with no other text.",
+    "max_output_tokens": 2000,
+    "temperature": 0,
+}
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +46,9 @@ def _timed_stream(server: str, body: dict[str, Any]) -> dict[str, Any]:
     start = time.monotonic()
     first = None
     lines = []
-    with httpx.stream("POST", f"{server}/responses", json={**body, "stream": True},
-                      timeout=300) as response:  # fmt: skip
+    with httpx.stream(
+        "POST", f"{server}/responses", json={**body, "stream": True}, timeout=300
+    ) as response:
         assert response.status_code == 200
         for line in response.iter_lines():
             lines.append(line)
@@ -56,8 +60,9 @@ def _timed_stream(server: str, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def _text(final: dict[str, Any]) -> str:
-    return "".join(c["text"] for item in final["output"] if item["type"] == "message"
-                   for c in item["content"])  # fmt: skip
+    return "".join(
+        c["text"] for item in final["output"] if item["type"] == "message" for c in item["content"]
+    )
 
 
 def test_batched_requests_give_the_text_each_gives_alone(four: str) -> None:
@@ -73,19 +78,30 @@ def test_batched_requests_give_the_text_each_gives_alone(four: str) -> None:
 
 
 def _logprobs(final: dict[str, Any]) -> list[tuple[str, float, list[float]]]:
-    return [(lp["token"], lp["logprob"], [t["logprob"] for t in lp["top_logprobs"]])
-            for item in final["output"] if item["type"] == "message"
-            for c in item["content"] for lp in c["logprobs"]]  # fmt: skip
+    return [
+        (lp["token"], lp["logprob"], [t["logprob"] for t in lp["top_logprobs"]])
+        for item in final["output"]
+        if item["type"] == "message"
+        for c in item["content"]
+        for lp in c["logprobs"]
+    ]
 
 
 def test_a_sequence_s_logprobs_do_not_depend_on_what_runs_beside_it(four: str) -> None:
     """Prompts of unequal lengths (some past 256 tokens, where llama.cpp pads the memory a
     pass reads), sampled (temperature 1, seeded): each token's logprobs in a batch are its
     lone run's to the last bit, so the same seed gives the same text at any load."""
-    bodies = [{**GREEDY, "temperature": 1, "max_output_tokens": 12,
-               "include": ["message.output_text.logprobs"], "top_logprobs": 3,
-               "input": f"Write two lines about {t}." + " Be brief." * (30 * n)}
-              for n, t in enumerate(TOPICS)]  # fmt: skip  # ~40 to ~310 tokens
+    bodies = [
+        {
+            **GREEDY,
+            "temperature": 1,
+            "max_output_tokens": 12,
+            "include": ["message.output_text.logprobs"],
+            "top_logprobs": 3,
+            "input": f"Write two lines about {t}." + " Be brief." * (30 * n),
+        }
+        for n, t in enumerate(TOPICS)
+    ]  # ~40 to ~310 tokens
     alone = [_timed_stream(four, body)["final"] for body in bodies]
     with ThreadPoolExecutor(len(bodies)) as pool:
         together = list(pool.map(lambda b: _timed_stream(four, b), bodies))
@@ -95,9 +111,14 @@ def test_a_sequence_s_logprobs_do_not_depend_on_what_runs_beside_it(four: str) -
 
 
 def test_four_streams_at_once_each_start_while_the_others_run(four: str) -> None:
-    bodies = [{**LONG, "max_output_tokens": 48,
-               "input": f"List the numbers from {n} to 2000, one per line, with no other text."}
-              for n in (1, 10, 100, 300)]  # fmt: skip
+    bodies = [
+        {
+            **LONG,
+            "max_output_tokens": 48,
+            "input": f"List the numbers from {n} to 2000, one per line, with no other text.",
+        }
+        for n in (1, 10, 100, 300)
+    ]
     with ThreadPoolExecutor(len(bodies)) as pool:
         results = list(pool.map(lambda b: _timed_stream(four, b), bodies))
     assert all(r["final"]["usage"]["output_tokens"] == 48 for r in results)
@@ -106,10 +127,23 @@ def test_four_streams_at_once_each_start_while_the_others_run(four: str) -> None
 
 
 # a JSON answer that must hold 2,000 numbers: the model cannot end it early
-ENDLESS = {**LONG, "text": {"format": {"type": "json_schema", "name": "numbers", "schema": {
-    "type": "object", "properties": {"numbers": {"type": "array", "items": {"type": "integer"},
-                                                 "minItems": 2000}},
-    "required": ["numbers"], "additionalProperties": False}}}}  # fmt: skip
+ENDLESS = {
+    **LONG,
+    "text": {
+        "format": {
+            "type": "json_schema",
+            "name": "numbers",
+            "schema": {
+                "type": "object",
+                "properties": {
+                    "numbers": {"type": "array", "items": {"type": "integer"}, "minItems": 2000}
+                },
+                "required": ["numbers"],
+                "additionalProperties": False,
+            },
+        }
+    },
+}
 
 
 def _queued(server: str) -> float:
@@ -119,8 +153,9 @@ def _queued(server: str) -> float:
 
 
 def _busy_stream(server: str, started: threading.Event, stop: threading.Event) -> None:
-    with httpx.stream("POST", f"{server}/responses", json={**ENDLESS, "stream": True},
-                      timeout=300) as response:  # fmt: skip
+    with httpx.stream(
+        "POST", f"{server}/responses", json={**ENDLESS, "stream": True}, timeout=300
+    ) as response:
         for line in response.iter_lines():
             if line == "event: response.output_text.delta":
                 started.set()
@@ -136,8 +171,10 @@ def test_a_hang_up_frees_the_slot_and_past_the_queue_comes_a_429(one_slot: str) 
     # one running, two may wait: a third waiting request is refused at once
     waiting: list[dict[str, Any]] = []
     body = {**GREEDY, "input": "Say hello.", "max_output_tokens": 8}
-    queued = [threading.Thread(target=lambda: waiting.append(_timed_stream(one_slot, body)))
-              for _ in range(2)]  # fmt: skip
+    queued = [
+        threading.Thread(target=lambda: waiting.append(_timed_stream(one_slot, body)))
+        for _ in range(2)
+    ]
     for thread in queued:
         thread.start()
     deadline = time.monotonic() + 30
@@ -161,16 +198,28 @@ def test_a_long_prompt_is_kept_on_disk_for_a_new_process(
     tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
 ) -> None:
     home = {"OARS_HOME": str(tmp_path)}
-    args = ("--model", str(model_path()), "--ctx", "4096", "--prefix-cache-min-tokens", "256",
-            "--prefix-cache-mb", "16")  # fmt: skip
+    args = (
+        "--model",
+        str(model_path()),
+        "--ctx",
+        "4096",
+        "--prefix-cache-min-tokens",
+        "256",
+        "--prefix-cache-mb",
+        "16",
+    )
     # what a past llama.cpp version left, over the bound: this process cannot use it
     stale = tmp_path / "prefixes/0123456789abcdef/old.kv"
     stale.parent.mkdir(parents=True)
     stale.write_bytes(bytes(20 * 2**20))
     instructions = "You are a careful assistant for a software project. " * 40
     # unseeded: a seeded request evaluates its whole prompt
-    body = {"model": "default", "temperature": 0, "instructions": instructions,
-            "max_output_tokens": 4}  # fmt: skip
+    body = {
+        "model": "default",
+        "temperature": 0,
+        "instructions": instructions,
+        "max_output_tokens": 4,
+    }
     server = cast(Generator[str, None, None], _serve(tmp_path_factory, *args, env=home))
     first = _timed_stream(next(server), {**body, "input": "Say A."})["final"]
     deadline = time.monotonic() + 30  # written in the background
@@ -192,16 +241,34 @@ def test_a_long_prompt_is_kept_on_disk_for_a_new_process(
 def test_llama_cpp_s_own_log_comes_through_oars_s_log_at_debug_level(
     tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
 ) -> None:
-    server = cast(Generator[str, None, None], _serve(
-        tmp_path_factory, "--ctx", "2048", "--parallel", "1", "--log-level", "debug",
-        "--log-format", "json", folder=tmp_path))  # fmt: skip
+    server = cast(
+        Generator[str, None, None],
+        _serve(
+            tmp_path_factory,
+            "--ctx",
+            "2048",
+            "--parallel",
+            "1",
+            "--log-level",
+            "debug",
+            "--log-format",
+            "json",
+            folder=tmp_path,
+        ),
+    )
     next(server)
     server.close()
-    lines = [json.loads(line) for line in (tmp_path / "oars.log").read_text().splitlines()
-             if line.startswith("{")]  # fmt: skip
+    lines = [
+        json.loads(line)
+        for line in (tmp_path / "oars.log").read_text().splitlines()
+        if line.startswith("{")
+    ]
     llama = [line for line in lines if line["logger"] == "oars.llama"]
-    buffers = [line["message"] for line in llama
-               if re.match(r"load_tensors: +\S+ model buffer size = +[\d.]+ MiB$", line["message"])]  # fmt: skip
+    buffers = [
+        line["message"]
+        for line in llama
+        if re.match(r"load_tensors: +\S+ model buffer size = +[\d.]+ MiB$", line["message"])
+    ]
     # whole lines, pieces joined: where llama.cpp put the weights; none repacked (a batch's
     # rows would go through other kernels than a lone row)
     assert buffers and not [b for b in buffers if "REPACK" in b], buffers

@@ -17,8 +17,14 @@ CLIENTS = Path(__file__).parent.parent.parent / "clients"
 
 def _node(script: str, server: str) -> dict[str, Any]:
     assert (CLIENTS / "node_modules").exists(), "`make test` installs the client matrix"
-    run = subprocess.run(["node", script, server, "qwen2.5-coder-0.5b-instruct"], cwd=CLIENTS,
-                         capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    run = subprocess.run(
+        ["node", script, server, "qwen2.5-coder-0.5b-instruct"],
+        cwd=CLIENTS,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert run.returncode == 0, f"{script} failed:\n{run.stderr[-3000:]}"
     result: dict[str, Any] = json.loads(run.stdout.strip().splitlines()[-1])
     return result
@@ -41,7 +47,10 @@ def test_vercel_ai_sdk_second_turn_with_item_reference(server: str) -> None:
     result = _node("aisdk_turns.mjs", server)
     second_input = result["secondInput"]
     assert [i.get("type", i.get("role")) for i in second_input] == [
-        "user", "item_reference", "user"], result  # fmt: skip
+        "user",
+        "item_reference",
+        "user",
+    ], result
     assert result["first"].strip() and result["second"].strip(), result
     assert result["finishReasons"][1] in ("stop", "length"), result
 
@@ -62,8 +71,12 @@ def test_openai_agents_tool_loop(agent_server: str) -> None:
     async def run() -> Any:
         client = AsyncOpenAI(base_url=agent_server, api_key="unused", max_retries=0)
         model = OpenAIResponsesModel(model="qwen2.5-coder-0.5b-instruct", openai_client=client)
-        agent = Agent(name="Weather", instructions="Answer weather questions with the tool.",
-                      tools=[get_weather], model=model)  # fmt: skip
+        agent = Agent(
+            name="Weather",
+            instructions="Answer weather questions with the tool.",
+            tools=[get_weather],
+            model=model,
+        )
         try:
             return await Runner.run(agent, "What's the weather in Paris?", max_turns=4)
         finally:

@@ -47,18 +47,41 @@ def _exec(
     server: str, prompt: str, workdir: Path, *extra: str, websockets: bool = False
 ) -> tuple[int, list[dict[str, Any]], str]:
     assert CODEX.exists(), f"{CODEX} missing: `make test` installs the client matrix"
-    provider = (f'{{name="oars", base_url="{server}", env_key="OARS_TEST_KEY", '
-                'wire_api="responses", request_max_retries=0, stream_max_retries=0, '
-                f"stream_idle_timeout_ms=600000, supports_websockets={str(websockets).lower()}}}")  # fmt: skip
-    cmd = [str(CODEX), "exec", "--json", "--skip-git-repo-check", "--ephemeral",
-           "--ignore-user-config", "--dangerously-bypass-approvals-and-sandbox",
-           "-c", "model_provider=oars", "-c", f'model="{MODEL}"',
-           "-c", f"model_providers.oars={provider}", "-C", str(workdir), *extra,
-           prompt]  # fmt: skip
+    provider = (
+        f'{{name="oars", base_url="{server}", env_key="OARS_TEST_KEY", '
+        'wire_api="responses", request_max_retries=0, stream_max_retries=0, '
+        f"stream_idle_timeout_ms=600000, supports_websockets={str(websockets).lower()}}}"
+    )
+    cmd = [
+        str(CODEX),
+        "exec",
+        "--json",
+        "--skip-git-repo-check",
+        "--ephemeral",
+        "--ignore-user-config",
+        "--dangerously-bypass-approvals-and-sandbox",
+        "-c",
+        "model_provider=oars",
+        "-c",
+        f'model="{MODEL}"',
+        "-c",
+        f"model_providers.oars={provider}",
+        "-C",
+        str(workdir),
+        *extra,
+        prompt,
+    ]
     env = {**os.environ, "CODEX_HOME": str(workdir / ".codex"), "OARS_TEST_KEY": "sk-local"}
     (workdir / ".codex").mkdir(exist_ok=True)
-    run = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, capture_output=True,
-                         text=True, timeout=900, check=False)  # fmt: skip
+    run = subprocess.run(
+        cmd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
     events = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
     return run.returncode, events, run.stderr[-2000:]
 
@@ -70,8 +93,9 @@ def _items(events: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
 
 
 def test_codex_text_turn(agent_server: str, tmp_path: Path) -> None:
-    code, events, err = _exec(agent_server, "Reply in one short sentence: what is the capital "
-                              "of France?", tmp_path)  # fmt: skip
+    code, events, err = _exec(
+        agent_server, "Reply in one short sentence: what is the capital of France?", tmp_path
+    )
     assert code == 0, (events, err)
     assert events[-1]["type"] == "turn.completed", events
     messages = _items(events, "agent_message")
@@ -98,8 +122,9 @@ def test_codex_runs_a_turn_over_a_websocket(agent_server: str, tmp_path: Path) -
     on it, continuing from the prewarm by `previous_response_id`."""
     sockets = _counter(agent_server, "oars_websockets_total")
     ran = _counter(agent_server, 'oars_websocket_requests_total{outcome="response"}')
-    code, events, err = _exec(agent_server, "Run the shell command: echo hello-ws", tmp_path,
-                              websockets=True)  # fmt: skip
+    code, events, err = _exec(
+        agent_server, "Run the shell command: echo hello-ws", tmp_path, websockets=True
+    )
     assert code == 0, (events, err)
     commands = _items(events, "command_execution")
     assert any("hello-ws" in c["aggregated_output"] for c in commands), events
@@ -118,10 +143,21 @@ def test_codex_edits_a_file_with_freeform_apply_patch(agent_server: str, tmp_pat
     work.mkdir()
     # Only apply_patch to edit with: offered Codex's other tools too, the 0.5B model picks a
     # wrong one (write_stdin) and the turn never reaches apply_patch.
-    lean = ["--disable", "shell_tool", "--disable", "multi_agent", "--disable", "goals",
-            "-c", 'web_search="disabled"', "-c", f'model_catalog_json="{catalog}"']  # fmt: skip
-    code, events, err = _exec(agent_server, "Create the file hello.txt containing the line: hi",
-                              work, *lean)  # fmt: skip
+    lean = [
+        "--disable",
+        "shell_tool",
+        "--disable",
+        "multi_agent",
+        "--disable",
+        "goals",
+        "-c",
+        'web_search="disabled"',
+        "-c",
+        f'model_catalog_json="{catalog}"',
+    ]
+    code, events, err = _exec(
+        agent_server, "Create the file hello.txt containing the line: hi", work, *lean
+    )
     assert code == 0, (events, err)
     changes = _items(events, "file_change")
     assert changes and changes[0]["status"] == "completed", events
@@ -130,23 +166,45 @@ def test_codex_edits_a_file_with_freeform_apply_patch(agent_server: str, tmp_pat
     assert _items(events, "agent_message"), events
 
 
-def test_codex_compacts_a_long_session_remotely_and_goes_on(agent_server: str, tmp_path: Path
-                                                            ) -> None:  # fmt: skip
+def test_codex_compacts_a_long_session_remotely_and_goes_on(
+    agent_server: str, tmp_path: Path
+) -> None:
     """Codex's own `openai` provider pointed at oars speaks WebSocket and compacts remotely.
     With a low auto-compact limit, the second turn of a session whose first turn read a long
     command output starts with a `compaction_trigger` request, then goes on and completes."""
     home = tmp_path / ".codex"
     home.mkdir()
     env = {**os.environ, "CODEX_HOME": str(home), "OPENAI_API_KEY": "sk-local"}
-    base = [str(CODEX), "exec", "--json", "--skip-git-repo-check", "--ignore-user-config",
-            "--dangerously-bypass-approvals-and-sandbox", "-c", f'openai_base_url="{agent_server}"',
-            "-c", f'model="{MODEL}"', "-c", "model_auto_compact_token_limit=9500",
-            "-C", str(tmp_path)]  # fmt: skip
+    base = [
+        str(CODEX),
+        "exec",
+        "--json",
+        "--skip-git-repo-check",
+        "--ignore-user-config",
+        "--dangerously-bypass-approvals-and-sandbox",
+        "-c",
+        f'openai_base_url="{agent_server}"',
+        "-c",
+        f'model="{MODEL}"',
+        "-c",
+        "model_auto_compact_token_limit=9500",
+        "-C",
+        str(tmp_path),
+    ]
     compactions = _counter(agent_server, 'oars_compactions_total{how="trigger"')
-    for args in (["Run the shell command: seq 1 300"],
-                 ["resume", "--last", "Run the shell command: echo done"]):  # fmt: skip
-        run = subprocess.run([*base, *args], env=env, stdin=subprocess.DEVNULL,
-                             capture_output=True, text=True, timeout=900, check=False)  # fmt: skip
+    for args in (
+        ["Run the shell command: seq 1 300"],
+        ["resume", "--last", "Run the shell command: echo done"],
+    ):
+        run = subprocess.run(
+            [*base, *args],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
         events = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
         assert run.returncode == 0, (events, run.stderr[-2000:])
         assert events[-1]["type"] == "turn.completed", events

@@ -20,9 +20,16 @@ from tests.model.conftest import MODEL, _serve, stream, upstreams_file
 
 pytestmark = pytest.mark.model
 
-WEATHER = {"type": "function", "name": "get_weather", "description": "Get the weather in a city.",
-           "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                          "required": ["city"]}}  # fmt: skip
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Get the weather in a city.",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+    },
+}
 
 
 def _events(report: Any) -> list[dict[str, Any]]:
@@ -38,8 +45,9 @@ def test_models_lists_the_upstream_model(gateway: str) -> None:
 
 
 def test_streamed_text_through_the_gateway(gateway: str) -> None:
-    report = stream(gateway, {"model": MODEL, "input": "Say hello in three words.",
-                              "max_output_tokens": 16})  # fmt: skip
+    report = stream(
+        gateway, {"model": MODEL, "input": "Say hello in three words.", "max_output_tokens": 16}
+    )
     final = _events(report)[-1]["response"]
     assert final["status"] in ("completed", "incomplete")
     assert final["output"][0]["content"][0]["text"].strip()
@@ -55,8 +63,12 @@ def test_unstreamed_response_agrees_with_its_stored_copy(gateway: str) -> None:
 
 
 def test_a_tool_call_through_the_gateway(gateway: str) -> None:
-    body = {"model": MODEL, "input": "What is the weather in Paris? Use the tool.",
-            "tools": [WEATHER], "max_output_tokens": 60}  # fmt: skip
+    body = {
+        "model": MODEL,
+        "input": "What is the weather in Paris? Use the tool.",
+        "tools": [WEATHER],
+        "max_output_tokens": 60,
+    }
     final = _events(stream(gateway, body))[-1]["response"]
     calls = [item for item in final["output"] if item["type"] == "function_call"]
     assert calls, final["output"]
@@ -65,11 +77,18 @@ def test_a_tool_call_through_the_gateway(gateway: str) -> None:
 
 
 def test_json_output_through_the_gateway(gateway: str) -> None:
-    schema = {"type": "object", "properties": {"name": {"type": "string"},
-              "age": {"type": "integer"}}, "required": ["name", "age"]}  # fmt: skip
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+        "required": ["name", "age"],
+    }
     fmt = {"type": "json_schema", "name": "person", "schema": schema, "strict": True}
-    body = {"model": MODEL, "input": "Invent a person.", "text": {"format": fmt},
-            "max_output_tokens": 60}  # fmt: skip
+    body = {
+        "model": MODEL,
+        "input": "Invent a person.",
+        "text": {"format": fmt},
+        "max_output_tokens": 60,
+    }
     final = _events(stream(gateway, body))[-1]["response"]
     person = json.loads(final["output"][0]["content"][0]["text"])
     assert isinstance(person["name"], str) and isinstance(person["age"], int)
@@ -83,8 +102,9 @@ def test_openai_sdk_through_the_gateway(gateway: str, closing: contextlib.ExitSt
         text = "".join(e.delta for e in s if e.type == "response.output_text.delta")
         final = s.get_final_response()
     assert text and final.output_text == text
-    chained = client.responses.create(model=MODEL, input="Again.", max_output_tokens=12,
-                                      previous_response_id=final.id)  # fmt: skip
+    chained = client.responses.create(
+        model=MODEL, input="Again.", max_output_tokens=12, previous_response_id=final.id
+    )
     assert chained.previous_response_id == final.id and chained.output_text
 
 
@@ -100,12 +120,19 @@ def test_codex_through_the_gateway(gateway: str, tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def replicas(tmp_path_factory: pytest.TempPathFactory, llama_upstream: str,
-             postgres_server: str) -> Iterator[tuple[str, str]]:  # fmt: skip
+def replicas(
+    tmp_path_factory: pytest.TempPathFactory, llama_upstream: str, postgres_server: str
+) -> Iterator[tuple[str, str]]:
     folder = tmp_path_factory.mktemp("replicas")
     store = new_database(postgres_server)
-    common = ["--upstreams", str(upstreams_file(folder, llama_upstream)), "--store", store,
-              "--temperature", "0"]  # fmt: skip
+    common = [
+        "--upstreams",
+        str(upstreams_file(folder, llama_upstream)),
+        "--store",
+        store,
+        "--temperature",
+        "0",
+    ]
     a = cast(Generator[str, None, None], _serve(tmp_path_factory, *common, "--replica", "a"))
     b = cast(Generator[str, None, None], _serve(tmp_path_factory, *common, "--replica", "b"))
     try:
@@ -119,8 +146,13 @@ def test_a_response_made_on_one_replica_is_read_chained_and_resumed_on_another(
     replicas: tuple[str, str],
 ) -> None:
     a, b = replicas
-    body = {"model": MODEL, "input": "Count from one to ten in words.", "stream": True,
-            "background": True, "max_output_tokens": 30}  # fmt: skip
+    body = {
+        "model": MODEL,
+        "input": "Count from one to ten in words.",
+        "stream": True,
+        "background": True,
+        "max_output_tokens": 30,
+    }
     seen: list[dict[str, Any]] = []
     with httpx.stream("POST", f"{a}/responses", json=body, timeout=300) as r:
         for line in r.iter_lines():
@@ -130,8 +162,11 @@ def test_a_response_made_on_one_replica_is_read_chained_and_resumed_on_another(
                 break  # the client goes away; the background response runs on
     response_id = seen[0]["response"]["id"]
     last = seen[-1]["sequence_number"]
-    resumed = httpx.get(f"{b}/responses/{response_id}",
-                        params={"stream": "true", "starting_after": last}, timeout=300)  # fmt: skip
+    resumed = httpx.get(
+        f"{b}/responses/{response_id}",
+        params={"stream": "true", "starting_after": last},
+        timeout=300,
+    )
     rest = [json.loads(x[6:]) for x in resumed.text.splitlines() if x.startswith("data: ")]
     assert rest and rest[0]["sequence_number"] == last + 1
     assert rest[-1]["type"] in ("response.completed", "response.incomplete")
@@ -140,9 +175,16 @@ def test_a_response_made_on_one_replica_is_read_chained_and_resumed_on_another(
     assert report.ok, report.text()
     stored = httpx.get(f"{b}/responses/{response_id}").json()
     assert stored["output"] == rest[-1]["response"]["output"]
-    chained = httpx.post(f"{b}/responses", timeout=300, json={
-        "model": MODEL, "input": "And the next number?", "previous_response_id": response_id,
-        "max_output_tokens": 8})  # fmt: skip
+    chained = httpx.post(
+        f"{b}/responses",
+        timeout=300,
+        json={
+            "model": MODEL,
+            "input": "And the next number?",
+            "previous_response_id": response_id,
+            "max_output_tokens": 8,
+        },
+    )
     assert chained.status_code == 200, chained.text
     items = httpx.get(f"{a}/responses/{chained.json()['id']}/input_items").json()["data"]
     assert items[0]["content"][0]["text"] == "And the next number?"

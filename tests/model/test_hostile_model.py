@@ -17,8 +17,11 @@ def _post(server: str, body: dict[str, Any]) -> httpx.Response:
 
 
 def _grammar_tool(definition: str) -> dict[str, Any]:
-    return {"type": "custom", "name": "g",
-            "format": {"type": "grammar", "syntax": "lark", "definition": definition}}  # fmt: skip
+    return {
+        "type": "custom",
+        "name": "g",
+        "format": {"type": "grammar", "syntax": "lark", "definition": definition},
+    }
 
 
 def test_what_cannot_fit_is_refused_before_it_is_rendered(server: str) -> None:

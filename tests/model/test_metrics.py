@@ -15,8 +15,12 @@ pytestmark = pytest.mark.model
 def test_metrics_after_real_requests(server: str) -> None:
     base = server.removesuffix("/v1")
     before = scrape(httpx.get(f"{base}/metrics", timeout=30).text)
-    body = {"model": MODEL, "input": "Count from one to twenty.", "max_output_tokens": 12,
-            "temperature": 0}  # fmt: skip
+    body = {
+        "model": MODEL,
+        "input": "Count from one to twenty.",
+        "max_output_tokens": 12,
+        "temperature": 0,
+    }
     plain = httpx.post(f"{server}/responses", json=body, timeout=300).json()
     streamed = stream(server, body).final
     assert httpx.post(f"{server}/responses", json={"model": MODEL}, timeout=30).status_code == 400
@@ -33,9 +37,11 @@ def test_metrics_after_real_requests(server: str) -> None:
     assert moved("oars_responses_total", model=model, status="incomplete") == 2  # 12 tokens
     assert moved("oars_tokens_total", model=model, kind="output") == 24
     assert moved("oars_tokens_total", model=model, kind="input") == sum(
-        u["input_tokens"] for u in usages)  # fmt: skip
+        u["input_tokens"] for u in usages
+    )
     assert moved("oars_tokens_total", model=model, kind="cached") == sum(
-        u["input_tokens_details"]["cached_tokens"] for u in usages)  # fmt: skip
+        u["input_tokens_details"]["cached_tokens"] for u in usages
+    )
     assert moved("oars_time_to_first_token_seconds_count", model=model) == 2
     assert moved("oars_inter_token_latency_seconds_count", model=model) == 22  # 2 × (12 - 1)
     gaps = moved("oars_inter_token_latency_seconds_sum", model=model)

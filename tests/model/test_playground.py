@@ -30,8 +30,13 @@ def browser() -> Iterator[WebDriver]:
         pytest.fail("Debian's chromium and chromium-driver are missing: `make test` installs them")
     options = webdriver.ChromeOptions()
     options.binary_location = binary
-    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
-                 "--window-size=1400,1000", "--disable-gpu"):  # fmt: skip
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,1000",
+        "--disable-gpu",
+    ):
         options.add_argument(flag)
     chrome = webdriver.Chrome(options=options, service=Service(executable_path=driver))
     try:
@@ -57,12 +62,12 @@ def _turns(browser: WebDriver) -> list[str]:
     return [t.text for t in browser.find_elements(By.CSS_SELECTOR, "#transcript .turn")]
 
 
-def test_the_playground_streams_calls_a_tool_and_continues(server: str, browser: WebDriver
-                                                           ) -> None:  # fmt: skip
+def test_the_playground_streams_calls_a_tool_and_continues(server: str, browser: WebDriver) -> None:
     base = server.removesuffix("/v1")
     browser.get(f"{base}/")
     WebDriverWait(browser, 30).until(
-        lambda b: len(Select(b.find_element(By.ID, "model")).options) > 0)  # fmt: skip
+        lambda b: len(Select(b.find_element(By.ID, "model")).options) > 0
+    )
     limit = browser.find_element(By.ID, "max_tokens")
     limit.clear()
     limit.send_keys("40")
@@ -101,14 +106,19 @@ def test_the_playground_streams_calls_a_tool_and_continues(server: str, browser:
     # 3. the conversation continued: each response chains to the one before it
     stored = httpx.get(f"{server}/responses/{answer_id}", timeout=30).json()
     assert stored["previous_response_id"] == call_id
-    assert httpx.get(f"{server}/responses/{call_id}", timeout=30).json()[
-        "previous_response_id"] == first_id  # fmt: skip
+    assert (
+        httpx.get(f"{server}/responses/{call_id}", timeout=30).json()["previous_response_id"]
+        == first_id
+    )
 
     # 4. stored responses are listed, and one opens
     WebDriverWait(browser, 30).until(
-        lambda b: len(b.find_elements(By.CSS_SELECTOR, "#stored li[data-id]")) >= 3)  # fmt: skip
-    listed = [li.get_attribute("data-id")
-              for li in browser.find_elements(By.CSS_SELECTOR, "#stored li[data-id]")]  # fmt: skip
+        lambda b: len(b.find_elements(By.CSS_SELECTOR, "#stored li[data-id]")) >= 3
+    )
+    listed = [
+        li.get_attribute("data-id")
+        for li in browser.find_elements(By.CSS_SELECTOR, "#stored li[data-id]")
+    ]
     assert {first_id, call_id, answer_id} <= set(listed)
     browser.find_element(By.CSS_SELECTOR, f'#stored li[data-id="{first_id}"]').click()
     opened = browser.find_element(By.ID, "opened")

@@ -24,8 +24,13 @@ def _raw(server: str, body: dict[str, Any]) -> httpx.Response:
 
 
 def _client(server: str, transport: RecordingTransport) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server, api_key="unused", max_retries=0, timeout=120,
-                         http_client=httpx2.Client(transport=transport))  # fmt: skip
+    return openai.OpenAI(
+        base_url=server,
+        api_key="unused",
+        max_retries=0,
+        timeout=120,
+        http_client=httpx2.Client(transport=transport),
+    )
 
 
 def _recorded(transport: RecordingTransport) -> Any:
@@ -56,9 +61,11 @@ def test_sdk_create_without_streaming(server: str) -> None:
     transport = RecordingTransport()
     with _client(server, transport) as client:
         response = client.responses.create(
-            model="default", input="What is the capital of France? One sentence.",
-            max_output_tokens=24, temperature=0,
-        )  # fmt: skip
+            model="default",
+            input="What is the capital of France? One sentence.",
+            max_output_tokens=24,
+            temperature=0,
+        )
     assert response.status in ("completed", "incomplete")
     assert "Paris" in response.output_text
     assert response.usage is not None and response.usage.output_tokens > 0
@@ -83,8 +90,13 @@ def test_sdk_stream_helper_final_response(server: str) -> None:
 
 
 def test_streamed_final_equals_non_streamed(server: str) -> None:
-    body = {"model": "default", "input": "Name three fruits.", "temperature": 0.8, "seed": 42,
-            "max_output_tokens": 20}  # fmt: skip
+    body = {
+        "model": "default",
+        "input": "Name three fruits.",
+        "temperature": 0.8,
+        "seed": 42,
+        "max_output_tokens": 20,
+    }
     streamed = stream(server, body).final
     plain = _raw(server, body).json()
     # A seeded run does not reuse the KV cache (see the engine), so nothing may differ.
@@ -92,8 +104,9 @@ def test_streamed_final_equals_non_streamed(server: str) -> None:
 
 
 def test_max_output_tokens_gives_incomplete(server: str) -> None:
-    report = stream(server, {**SHORT, "input": "Write a long story about a ship.",
-                              "max_output_tokens": 5})  # fmt: skip
+    report = stream(
+        server, {**SHORT, "input": "Write a long story about a ship.", "max_output_tokens": 5}
+    )
     final = report.final
     assert report.events[-1]["type"] == "response.incomplete"
     assert final["incomplete_details"] == {"reason": "max_output_tokens"}
@@ -108,8 +121,12 @@ def test_over_long_prompt_is_400_before_streaming(server: str) -> None:
 
 
 def test_multibyte_emoji_survives_token_splits(server: str) -> None:
-    body = {**SHORT, "input": "Repeat exactly, nothing else: héllo wörld 👋 你好 🎉",
-            "include": ["message.output_text.logprobs"], "top_logprobs": 2}  # fmt: skip
+    body = {
+        **SHORT,
+        "input": "Repeat exactly, nothing else: héllo wörld 👋 你好 🎉",
+        "include": ["message.output_text.logprobs"],
+        "top_logprobs": 2,
+    }
     report = stream(server, body)
     text = "".join(e["delta"] for e in report.events if e["type"] == "response.output_text.delta")
     assert "👋" in text and "\ufffd" not in text
@@ -130,16 +147,27 @@ def test_repeated_prefix_is_reported_as_cached(server: str) -> None:
 
 
 def test_multi_turn_history(server: str) -> None:
-    body = {**SHORT, "input": [
-        {"role": "user", "content": "My name is Ada."},
-        {"type": "message", "role": "assistant", "content": [
-            {"type": "output_text", "text": "Nice to meet you, Ada!"}]},
-        {"role": "user", "content": "What is my name? Answer with the name only."}]}  # fmt: skip
+    body = {
+        **SHORT,
+        "input": [
+            {"role": "user", "content": "My name is Ada."},
+            {
+                "type": "message",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": "Nice to meet you, Ada!"}],
+            },
+            {"role": "user", "content": "What is my name? Answer with the name only."},
+        ],
+    }
     assert "Ada" in stream(server, body).final["output"][0]["content"][0]["text"]
 
 
-LONG_COUNT = {"model": "default", "input": "Count from 1 to 10000, one number per line.",
-              "max_output_tokens": 3000, "temperature": 0}  # fmt: skip
+LONG_COUNT = {
+    "model": "default",
+    "input": "Count from 1 to 10000, one number per line.",
+    "max_output_tokens": 3000,
+    "temperature": 0,
+}
 
 
 def _engine_frees_itself(server: str) -> None:

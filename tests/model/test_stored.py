@@ -39,15 +39,19 @@ def test_openai_sdk_retrieve_input_items_chain_delete(
     server: str, closing: contextlib.ExitStack
 ) -> None:
     client = closing.enter_context(_client(server))
-    first = client.responses.create(model=MODEL, input="Say hi", max_output_tokens=8,
-                                    temperature=0)  # fmt: skip
+    first = client.responses.create(model=MODEL, input="Say hi", max_output_tokens=8, temperature=0)
     assert first.model_dump()["store"] is True
     got = client.responses.retrieve(first.id)
     assert got.model_dump() == first.model_dump()
     items = client.responses.input_items.list(first.id)
     assert items.data[0].type == "message" and items.data[0].content[0].text == "Say hi"  # type: ignore[union-attr]
-    second = client.responses.create(model=MODEL, input="Once more", previous_response_id=first.id,
-                                     max_output_tokens=8, temperature=0)  # fmt: skip
+    second = client.responses.create(
+        model=MODEL,
+        input="Once more",
+        previous_response_id=first.id,
+        max_output_tokens=8,
+        temperature=0,
+    )
     assert second.previous_response_id == first.id and second.usage is not None
     assert first.usage is not None and second.usage.input_tokens > first.usage.input_tokens
     chained = client.responses.input_items.list(second.id, order="asc")
@@ -61,8 +65,13 @@ def test_openai_sdk_background_resume_and_cancel(
     server: str, closing: contextlib.ExitStack
 ) -> None:
     client = closing.enter_context(_client(server))
-    run = client.responses.create(model=MODEL, input="Count from 1 to 40, comma separated.",
-                                  background=True, max_output_tokens=48, temperature=0)  # fmt: skip
+    run = client.responses.create(
+        model=MODEL,
+        input="Count from 1 to 40, comma separated.",
+        background=True,
+        max_output_tokens=48,
+        temperature=0,
+    )
     assert run.status == "queued"
     resumed = list(client.responses.retrieve(run.id, stream=True, starting_after=2))
     assert resumed[0].sequence_number == 3
@@ -71,18 +80,27 @@ def test_openai_sdk_background_resume_and_cancel(
     report = validate_sse(whole.text)
     assert report.ok, report.text()
     assert [e["type"] for e in report.events[:3]] == [
-        "response.created", "response.queued", "response.in_progress"]  # fmt: skip
+        "response.created",
+        "response.queued",
+        "response.in_progress",
+    ]
     # Greedy counting runs for all 400 tokens (about 10 s): a sampled story could end by itself
     # before the cancel arrives.
-    long = client.responses.create(model=MODEL, input="Count from 1 to 500, comma separated.",
-                                   background=True, max_output_tokens=400, temperature=0)  # fmt: skip
+    long = client.responses.create(
+        model=MODEL,
+        input="Count from 1 to 500, comma separated.",
+        background=True,
+        max_output_tokens=400,
+        temperature=0,
+    )
     _until(client, long.id, ("in_progress",))
     time.sleep(0.5)
     cancelled = client.responses.cancel(long.id)
     assert cancelled.status == "cancelled"
     assert client.responses.retrieve(long.id).status == "cancelled"
-    replay = validate_sse(httpx.get(f"{server}/responses/{long.id}", params={"stream": "true"},
-                                    timeout=60).text)  # fmt: skip
+    replay = validate_sse(
+        httpx.get(f"{server}/responses/{long.id}", params={"stream": "true"}, timeout=60).text
+    )
     assert replay.ok and replay.events[-1]["type"] == "response.cancelled", replay.text()
 
 
@@ -91,9 +109,13 @@ def test_openai_sdk_conversations(server: str, closing: contextlib.ExitStack) ->
     conversation = client.conversations.create(
         items=[{"type": "message", "role": "user", "content": "My name is Ada."}]
     )
-    response = client.responses.create(model=MODEL, input="What is my name?",
-                                       conversation=conversation.id, max_output_tokens=16,
-                                       temperature=0)  # fmt: skip
+    response = client.responses.create(
+        model=MODEL,
+        input="What is my name?",
+        conversation=conversation.id,
+        max_output_tokens=16,
+        temperature=0,
+    )
     assert response.conversation is not None and response.conversation.id == conversation.id
     items = client.conversations.items.list(conversation.id, order="asc")
     assert [i.type for i in items.data] == ["message", "message", "message"]
@@ -116,8 +138,9 @@ def test_openai_agents_chain_with_previous_response_id(agent_server: str) -> Non
         agent = Agent(name="Helper", instructions="Answer in one short sentence.", model=model)
         try:
             first = await Runner.run(agent, "My favourite colour is green. Say OK.")
-            second = await Runner.run(agent, "What is my favourite colour?",
-                                      previous_response_id=first.last_response_id)  # fmt: skip
+            second = await Runner.run(
+                agent, "What is my favourite colour?", previous_response_id=first.last_response_id
+            )
             return first, second
         finally:
             await client.close()
@@ -137,12 +160,19 @@ def test_encrypted_reasoning_goes_back_into_the_prompt_and_tampering_is_a_400(se
         {"role": "assistant", "content": "Hello!"},
         {"role": "user", "content": "Say bye."},
     ]
-    body = {"model": MODEL, "input": turn, "max_output_tokens": 8, "store": False,
-            "include": ["reasoning.encrypted_content"]}  # fmt: skip
+    body = {
+        "model": MODEL,
+        "input": turn,
+        "max_output_tokens": 8,
+        "store": False,
+        "include": ["reasoning.encrypted_content"],
+    }
     ok = httpx.post(f"{server}/responses", json=body, timeout=120)
     assert ok.status_code == 200 and ok.json()["status"] in ("completed", "incomplete")
-    turn[1] = {**turn[1], "encrypted_content": sealed[:-4] + ("AAAA" if sealed[-4:] != "AAAA"
-                                                              else "BBBB")}  # fmt: skip
+    turn[1] = {
+        **turn[1],
+        "encrypted_content": sealed[:-4] + ("AAAA" if sealed[-4:] != "AAAA" else "BBBB"),
+    }
     bad = httpx.post(f"{server}/responses", json=body, timeout=120)
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "input[1].encrypted_content"
 
@@ -152,8 +182,13 @@ def test_twenty_concurrent_stored_requests(server: str) -> None:
         async with httpx.AsyncClient(timeout=300) as client:
 
             async def one(i: int) -> dict[str, Any]:
-                body = {"model": MODEL, "input": f"Say the number {i}.", "max_output_tokens": 6,
-                        "temperature": 0, "stream": i % 2 == 0}  # fmt: skip
+                body = {
+                    "model": MODEL,
+                    "input": f"Say the number {i}.",
+                    "max_output_tokens": 6,
+                    "temperature": 0,
+                    "stream": i % 2 == 0,
+                }
                 r = await client.post(f"{server}/responses", json=body)
                 if not body["stream"]:
                     return r.json()  # type: ignore[no-any-return]

@@ -15,10 +15,19 @@ from tests.model.conftest import stream
 pytestmark = pytest.mark.model
 
 CAPTURES = Path(__file__).parent.parent / "fixtures" / "captures"
-WEATHER_SCHEMA = {"type": "object", "properties": {"location": {"type": "string"}},
-                  "required": ["location"], "additionalProperties": False}  # fmt: skip
-WEATHER = {"type": "function", "name": "get_weather", "strict": True,
-           "description": "Get the current weather for a city.", "parameters": WEATHER_SCHEMA}  # fmt: skip
+WEATHER_SCHEMA = {
+    "type": "object",
+    "properties": {"location": {"type": "string"}},
+    "required": ["location"],
+    "additionalProperties": False,
+}
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "strict": True,
+    "description": "Get the current weather for a city.",
+    "parameters": WEATHER_SCHEMA,
+}
 QUESTION = "What's the weather in Paris?"
 
 
@@ -36,8 +45,14 @@ def _the_call(report: Any) -> dict[str, Any]:
     "tool_choice", ["required", {"type": "function", "name": "get_weather"}, "auto"]
 )
 def test_weather_call_has_schema_valid_streamed_arguments(server: str, tool_choice: Any) -> None:
-    body = {"model": "default", "input": QUESTION, "tools": [WEATHER],
-            "tool_choice": tool_choice, "max_output_tokens": 60, "temperature": 0}  # fmt: skip
+    body = {
+        "model": "default",
+        "input": QUESTION,
+        "tools": [WEATHER],
+        "tool_choice": tool_choice,
+        "max_output_tokens": 60,
+        "temperature": 0,
+    }
     call = _the_call(stream(server, body))
     assert call["name"] == "get_weather" and call["call_id"].startswith("call_")
     args = json.loads(call["arguments"])
@@ -46,31 +61,64 @@ def test_weather_call_has_schema_valid_streamed_arguments(server: str, tool_choi
 
 
 def test_second_turn_with_tool_output_gives_a_message(server: str) -> None:
-    first = stream(server, {"model": "default", "input": QUESTION, "tools": [WEATHER],
-                             "max_output_tokens": 60, "temperature": 0}).final  # fmt: skip
+    first = stream(
+        server,
+        {
+            "model": "default",
+            "input": QUESTION,
+            "tools": [WEATHER],
+            "max_output_tokens": 60,
+            "temperature": 0,
+        },
+    ).final
     call = next(i for i in first["output"] if i["type"] == "function_call")
     history = [
         {"role": "user", "content": QUESTION},
         {k: call[k] for k in ("type", "call_id", "name", "arguments")},
-        {"type": "function_call_output", "call_id": call["call_id"],
-         "output": json.dumps({"temp_c": 18, "condition": "light rain"})},
-    ]  # fmt: skip
-    second = stream(server, {"model": "default", "input": history, "tools": [WEATHER],
-                              "max_output_tokens": 40, "temperature": 0}).final  # fmt: skip
+        {
+            "type": "function_call_output",
+            "call_id": call["call_id"],
+            "output": json.dumps({"temp_c": 18, "condition": "light rain"}),
+        },
+    ]
+    second = stream(
+        server,
+        {
+            "model": "default",
+            "input": history,
+            "tools": [WEATHER],
+            "max_output_tokens": 40,
+            "temperature": 0,
+        },
+    ).final
     types = [i["type"] for i in second["output"]]
     assert types == ["message"], second["output"]
     assert second["output"][0]["content"][0]["text"].strip()
 
 
 def test_tool_choice_none_never_calls(server: str) -> None:
-    body = {"model": "default", "input": QUESTION, "tools": [WEATHER], "tool_choice": "none",
-            "max_output_tokens": 30, "temperature": 0}  # fmt: skip
+    body = {
+        "model": "default",
+        "input": QUESTION,
+        "tools": [WEATHER],
+        "tool_choice": "none",
+        "max_output_tokens": 30,
+        "temperature": 0,
+    }
     final = stream(server, body).final
     assert all(i["type"] == "message" for i in final["output"])
 
 
-@pytest.mark.parametrize("name", ["codex_gpt55meta_01", "codex_tool_02", "codex_patch_02",
-                                  "codex_reasoning_02", "codex_tool_search_02"])  # fmt: skip
+@pytest.mark.parametrize(
+    "name",
+    [
+        "codex_gpt55meta_01",
+        "codex_tool_02",
+        "codex_patch_02",
+        "codex_reasoning_02",
+        "codex_tool_search_02",
+    ],
+)
 def test_codex_requests_stream_validly(server: str, name: str) -> None:
     body = json.loads((CAPTURES / f"{name}.json").read_text())["body"]
     report = stream(server, {**body, "max_output_tokens": 96, "temperature": 0})
@@ -80,21 +128,33 @@ def test_codex_requests_stream_validly(server: str, name: str) -> None:
             assert isinstance(json.loads(item["arguments"]), dict)
 
 
-PATCH_LINE = re.compile(r"^(\*\*\* (Begin Patch|End Patch|Add File: .+|Delete File: .+|"
-                        r"Update File: .+|Move to: .+|End of File)|[+\- ].*|@@.*)$")  # fmt: skip
+PATCH_LINE = re.compile(
+    r"^(\*\*\* (Begin Patch|End Patch|Add File: .+|Delete File: .+|"
+    r"Update File: .+|Move to: .+|End of File)|[+\- ].*|@@.*)$"
+)
 
 
 def test_custom_tool_input_follows_its_lark_grammar(server: str) -> None:
     grammar = (CAPTURES.parent / "grammars" / "apply_patch.lark").read_text()
-    patch = {"type": "custom", "name": "apply_patch", "description": "Edit files with a patch.",
-             "format": {"type": "grammar", "syntax": "lark", "definition": grammar}}  # fmt: skip
-    body = {"model": "default", "input": "Create the file hello.txt containing the line: hi",
-            "tools": [patch], "tool_choice": {"type": "custom", "name": "apply_patch"},
-            "max_output_tokens": 60, "temperature": 0}  # fmt: skip
+    patch = {
+        "type": "custom",
+        "name": "apply_patch",
+        "description": "Edit files with a patch.",
+        "format": {"type": "grammar", "syntax": "lark", "definition": grammar},
+    }
+    body = {
+        "model": "default",
+        "input": "Create the file hello.txt containing the line: hi",
+        "tools": [patch],
+        "tool_choice": {"type": "custom", "name": "apply_patch"},
+        "max_output_tokens": 60,
+        "temperature": 0,
+    }
     report = stream(server, body)
     (call,) = [i for i in report.final["output"] if i["type"] == "custom_tool_call"]
-    deltas = [e["delta"] for e in report.events
-              if e["type"] == "response.custom_tool_call_input.delta"]  # fmt: skip
+    deltas = [
+        e["delta"] for e in report.events if e["type"] == "response.custom_tool_call_input.delta"
+    ]
     assert len(deltas) >= 2 and "".join(deltas) == call["input"]
     lines = call["input"].split("\n")
     assert lines[0] == "*** Begin Patch" and lines[1].startswith("*** ")
@@ -104,17 +164,38 @@ def test_custom_tool_input_follows_its_lark_grammar(server: str) -> None:
 
 def test_structured_answer_right_after_a_tool_result(server: str) -> None:
     """An agent loop's last turn: the tool has answered, the reply must follow text.format."""
-    schema = {"type": "object", "properties": {"summary": {"type": "string", "maxLength": 80}},
-              "required": ["summary"], "additionalProperties": False}  # fmt: skip
-    history = [{"role": "user", "content": QUESTION},
-               {"type": "function_call", "call_id": "call_1", "name": "get_weather",
-                "arguments": '{"location": "Paris"}'},
-               {"type": "function_call_output", "call_id": "call_1",
-                "output": json.dumps({"temp_c": 18, "condition": "light rain"})}]  # fmt: skip
+    schema = {
+        "type": "object",
+        "properties": {"summary": {"type": "string", "maxLength": 80}},
+        "required": ["summary"],
+        "additionalProperties": False,
+    }
+    history = [
+        {"role": "user", "content": QUESTION},
+        {
+            "type": "function_call",
+            "call_id": "call_1",
+            "name": "get_weather",
+            "arguments": '{"location": "Paris"}',
+        },
+        {
+            "type": "function_call_output",
+            "call_id": "call_1",
+            "output": json.dumps({"temp_c": 18, "condition": "light rain"}),
+        },
+    ]
     fmt = {"type": "json_schema", "name": "weather", "schema": schema, "strict": True}
-    final = stream(server, {"model": "default", "input": history, "tools": [WEATHER],
-                            "text": {"format": fmt}, "max_output_tokens": 60,
-                            "temperature": 0}).final  # fmt: skip
+    final = stream(
+        server,
+        {
+            "model": "default",
+            "input": history,
+            "tools": [WEATHER],
+            "text": {"format": fmt},
+            "max_output_tokens": 60,
+            "temperature": 0,
+        },
+    ).final
     assert final["status"] == "completed", final["output"]
     message = next(i for i in final["output"] if i["type"] == "message")
     jsonschema.validate(json.loads(message["content"][0]["text"]), schema)
@@ -122,20 +203,38 @@ def test_structured_answer_right_after_a_tool_result(server: str) -> None:
 
 def test_stop_sequences_do_not_cut_a_call(server: str) -> None:
     """`stop` ends free text; the call object (`{"name": …, "arguments": …}`) holds commas."""
-    body = {"model": "default", "input": QUESTION, "tools": [WEATHER], "stop": [","],
-            "max_output_tokens": 60, "temperature": 0}  # fmt: skip
+    body = {
+        "model": "default",
+        "input": QUESTION,
+        "tools": [WEATHER],
+        "stop": [","],
+        "max_output_tokens": 60,
+        "temperature": 0,
+    }
     call = _the_call(stream(server, body))
     assert json.loads(call["arguments"])["location"].lower().startswith("paris")
 
 
 def test_with_a_json_text_format_the_model_may_still_call_a_tool(server: str) -> None:
     """An agent's first turn under --output-schema: a call (or the answer), always valid."""
-    schema = {"type": "object", "properties": {"summary": {"type": "string", "maxLength": 80}},
-              "required": ["summary"], "additionalProperties": False}  # fmt: skip
+    schema = {
+        "type": "object",
+        "properties": {"summary": {"type": "string", "maxLength": 80}},
+        "required": ["summary"],
+        "additionalProperties": False,
+    }
     fmt = {"type": "json_schema", "name": "weather", "schema": schema, "strict": True}
-    report = stream(server, {"model": "default", "input": QUESTION, "tools": [WEATHER],
-                             "text": {"format": fmt}, "max_output_tokens": 60,
-                             "temperature": 0})  # fmt: skip
+    report = stream(
+        server,
+        {
+            "model": "default",
+            "input": QUESTION,
+            "tools": [WEATHER],
+            "text": {"format": fmt},
+            "max_output_tokens": 60,
+            "temperature": 0,
+        },
+    )
     assert report.final["status"] == "completed", report.final["output"]
     [item] = report.final["output"]
     assert item["type"] == "function_call", item  # what this model does with this question

@@ -35,8 +35,17 @@ def _socket(server: str) -> Connection:
 
 
 def _turn(ws: Connection, body: dict[str, Any]) -> Turn:
-    ws.send(json.dumps({"type": "response.create", "model": MODEL, "temperature": 0,
-                        "max_output_tokens": 24, **body}))  # fmt: skip
+    ws.send(
+        json.dumps(
+            {
+                "type": "response.create",
+                "model": MODEL,
+                "temperature": 0,
+                "max_output_tokens": 24,
+                **body,
+            }
+        )
+    )
     frames: list[dict[str, Any]] = []
     deadline = time.monotonic() + TURN_SECONDS
     while True:
@@ -66,7 +75,11 @@ def _not_found(turn: Turn, where: str) -> list[str]:
     error = turn["error"] or {}
     code = (error.get("error") or {}).get("code")
     shape = set(error) == {"type", "status", "error"} and set(error.get("error", {})) == {
-        "type", "code", "message", "param"}  # fmt: skip
+        "type",
+        "code",
+        "message",
+        "param",
+    }
     if code != "previous_response_not_found" or not shape:
         return [f"{where}: expected a previous_response_not_found error frame, got {error}"]
     return []
@@ -74,8 +87,9 @@ def _not_found(turn: Turn, where: str) -> list[str]:
 
 def _basic(server: str) -> list[str]:
     with _socket(server) as ws:
-        turn = _turn(ws, {"input": [{"type": "message", "role": "user",
-                                     "content": "Count from 1 to 3."}]})  # fmt: skip
+        turn = _turn(
+            ws, {"input": [{"type": "message", "role": "user", "content": "Count from 1 to 3."}]}
+        )
     return _completed(turn, "response")
 
 
@@ -117,12 +131,27 @@ def _reconnect(server: str) -> list[str]:
     if first["response"] is None:
         return _completed(first, "turn 1")
     with _socket(server) as ws:
-        missed = _turn(ws, {"store": False, "previous_response_id": first["response"]["id"],
-                            "input": "Try to continue after reconnect. Reply with exactly: "
-                            "reconnected"})  # fmt: skip
-        recovery = _turn(ws, {"store": False, "input": [{"type": "message", "role": "user",
-                              "content": "Start a new response and reply with exactly: "
-                              "recovered"}]})  # fmt: skip
+        missed = _turn(
+            ws,
+            {
+                "store": False,
+                "previous_response_id": first["response"]["id"],
+                "input": "Try to continue after reconnect. Reply with exactly: reconnected",
+            },
+        )
+        recovery = _turn(
+            ws,
+            {
+                "store": False,
+                "input": [
+                    {
+                        "type": "message",
+                        "role": "user",
+                        "content": "Start a new response and reply with exactly: recovered",
+                    }
+                ],
+            },
+        )
     return _not_found(missed, "reconnect") + _completed(recovery, "recovery")
 
 
@@ -145,11 +174,28 @@ def _failed_continuation(server: str) -> list[str]:
         if first["response"] is None:
             return _completed(first, "turn 1")
         previous = first["response"]["id"]
-        failed = _turn(ws, {"store": False, "previous_response_id": previous, "input": [
-            {"type": "function_call_output", "call_id": "call_openresponses_missing",
-             "output": "No matching tool call exists in the previous response."}]})  # fmt: skip
-        retry = _turn(ws, {"store": False, "previous_response_id": previous,
-                           "input": "Try to continue after the failed turn."})  # fmt: skip
+        failed = _turn(
+            ws,
+            {
+                "store": False,
+                "previous_response_id": previous,
+                "input": [
+                    {
+                        "type": "function_call_output",
+                        "call_id": "call_openresponses_missing",
+                        "output": "No matching tool call exists in the previous response.",
+                    }
+                ],
+            },
+        )
+        retry = _turn(
+            ws,
+            {
+                "store": False,
+                "previous_response_id": previous,
+                "input": "Try to continue after the failed turn.",
+            },
+        )
     errors = _completed(first, "turn 1") + _not_found(retry, "retry")
     if failed["error"] is None and (failed["response"] or {}).get("status") != "failed":
         errors.append(f"the continuation answering no call did not fail: {failed}")
@@ -165,8 +211,12 @@ def _compact_shape(body: dict[str, Any]) -> list[str]:
     if body.get("object") != "response.compaction" or not isinstance(body.get("created_at"), int):
         errors.append(f"not a compaction: {body}")
     output = body.get("output") or []
-    if not output or output[-1].get("type") != "compaction" or not output[-1].get(
-            "encrypted_content") or not output[-1].get("id"):  # fmt: skip
+    if (
+        not output
+        or output[-1].get("type") != "compaction"
+        or not output[-1].get("encrypted_content")
+        or not output[-1].get("id")
+    ):
         errors.append(f"no compaction item last: {output}")
     if not isinstance((body.get("usage") or {}).get("total_tokens"), int):
         errors.append(f"no usage: {body.get('usage')}")
@@ -174,37 +224,90 @@ def _compact_shape(body: dict[str, Any]) -> list[str]:
 
 
 def _compact_response(server: str) -> list[str]:
-    r = _compact(server, {"model": MODEL, "prompt_cache_key": "openresponses-compact-test",
-                          "input": [{"type": "message", "role": "user", "content": "We agreed "
-                                     "to launch on Tuesday and notify support first."},
-                                    {"type": "message", "role": "assistant", "content":
-                                     "Understood. The launch is Tuesday, with support notified "
-                                     "beforehand."}]})  # fmt: skip
-    return [f"compact: HTTP {r.status_code} {r.text}"] if r.status_code != 200 else (
-        _compact_shape(r.json()))  # fmt: skip
+    r = _compact(
+        server,
+        {
+            "model": MODEL,
+            "prompt_cache_key": "openresponses-compact-test",
+            "input": [
+                {
+                    "type": "message",
+                    "role": "user",
+                    "content": "We agreed to launch on Tuesday and notify support first.",
+                },
+                {
+                    "type": "message",
+                    "role": "assistant",
+                    "content": "Understood. The launch is Tuesday, with support notified "
+                    "beforehand.",
+                },
+            ],
+        },
+    )
+    return (
+        [f"compact: HTTP {r.status_code} {r.text}"]
+        if r.status_code != 200
+        else (_compact_shape(r.json()))
+    )
 
 
 def _compact_missing_model(server: str) -> list[str]:
-    r = _compact(server, {"input": [{"type": "message", "role": "user",
-                                     "content": "Compact this conversation."}]})  # fmt: skip
+    r = _compact(
+        server,
+        {"input": [{"type": "message", "role": "user", "content": "Compact this conversation."}]},
+    )
     return [] if r.status_code in (400, 422) else [f"missing model: HTTP {r.status_code}"]
 
 
 def _compact_new_chain(server: str) -> list[str]:
-    r = _compact(server, {"model": MODEL, "input": [
-        {"type": "message", "role": "user", "content": [
-            {"type": "input_text", "text": "Remember the compaction code word: slate."}]},
-        {"type": "message", "role": "assistant", "content": [
-            {"type": "output_text", "text": "OK."}]},
-        {"type": "message", "role": "user", "content": [
-            {"type": "input_text", "text": "Compress this conversation for later "
-             "continuation."}]}]})  # fmt: skip
+    r = _compact(
+        server,
+        {
+            "model": MODEL,
+            "input": [
+                {
+                    "type": "message",
+                    "role": "user",
+                    "content": [
+                        {"type": "input_text", "text": "Remember the compaction code word: slate."}
+                    ],
+                },
+                {
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": "OK."}],
+                },
+                {
+                    "type": "message",
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "input_text",
+                            "text": "Compress this conversation for later continuation.",
+                        }
+                    ],
+                },
+            ],
+        },
+    )
     if r.status_code != 200:
         return [f"compact: HTTP {r.status_code} {r.text}"]
     with _socket(server) as ws:
-        turn = _turn(ws, {"store": False, "tools": [], "input": [*r.json()["output"], {
-            "type": "message", "role": "user", "content": "Continue from here. Reply with "
-            "exactly: compacted"}]})  # fmt: skip
+        turn = _turn(
+            ws,
+            {
+                "store": False,
+                "tools": [],
+                "input": [
+                    *r.json()["output"],
+                    {
+                        "type": "message",
+                        "role": "user",
+                        "content": "Continue from here. Reply with exactly: compacted",
+                    },
+                ],
+            },
+        )
     return _compact_shape(r.json()) + _completed(turn, "new chain")
 
 
@@ -234,11 +337,19 @@ def test_the_openai_sdk_websocket_client_continues_a_store_false_chain(
     client = closing.enter_context(openai.OpenAI(base_url=server, api_key="unused", max_retries=0))
     finals: list[Any] = []
     with client.responses.connect() as connection:
-        for text in ("Remember the code word: cobalt. Reply with OK.",
-                     "What is the code word? Reply with only the code word."):  # fmt: skip
+        for text in (
+            "Remember the code word: cobalt. Reply with OK.",
+            "What is the code word? Reply with only the code word.",
+        ):
             previous = {"previous_response_id": finals[-1]["id"]} if finals else {}
-            connection.response.create(model=MODEL, input=text, store=False, temperature=0,
-                                        max_output_tokens=16, **previous)  # fmt: skip
+            connection.response.create(
+                model=MODEL,
+                input=text,
+                store=False,
+                temperature=0,
+                max_output_tokens=16,
+                **previous,
+            )
             frames: list[dict[str, Any]] = []
             while not frames or frames[-1]["type"] not in (*TERMINAL, "error"):
                 frames.append(json.loads(connection.recv_bytes()))
@@ -254,13 +365,26 @@ def test_the_openai_sdk_compacts_and_the_model_still_knows_the_task(
     """A long tool-using history, compacted by the SDK's `responses.compact`; sent back as the
     whole context, the model answers from the summary and the kept task."""
     client = closing.enter_context(openai.OpenAI(base_url=server, api_key="unused", max_retries=0))
-    history: list[dict[str, Any]] = [{"role": "user", "content": "Task: rename the function "
-                                      "parse_date to parse_day in utils.py."}]  # fmt: skip
+    history: list[dict[str, Any]] = [
+        {
+            "role": "user",
+            "content": "Task: rename the function parse_date to parse_day in utils.py.",
+        }
+    ]
     for i in range(6):
-        history += [{"type": "function_call", "call_id": f"c{i}", "name": "read_file",
-                     "arguments": json.dumps({"path": f"src/part{i}.py"})},
-                    {"type": "function_call_output", "call_id": f"c{i}",
-                     "output": f"# part {i}\n" + "x = 1\n" * 40}]  # fmt: skip
+        history += [
+            {
+                "type": "function_call",
+                "call_id": f"c{i}",
+                "name": "read_file",
+                "arguments": json.dumps({"path": f"src/part{i}.py"}),
+            },
+            {
+                "type": "function_call_output",
+                "call_id": f"c{i}",
+                "output": f"# part {i}\n" + "x = 1\n" * 40,
+            },
+        ]
     raw = client.responses.with_raw_response.compact(model=MODEL, input=history)  # type: ignore[arg-type]
     compacted = raw.parse()
     assert compacted.object == "response.compaction"
@@ -268,34 +392,51 @@ def test_the_openai_sdk_compacts_and_the_model_still_knows_the_task(
     assert compacted.usage.output_tokens > 0
     output = raw.http_response.json()["output"]  # the SDK reads kept user messages as output
     question: Any = {"role": "user", "content": "In one sentence: what is the task?"}
-    answer = client.responses.create(model=MODEL, temperature=0, max_output_tokens=40,
-                                     input=[*output, question])  # fmt: skip
+    answer = client.responses.create(
+        model=MODEL, temperature=0, max_output_tokens=40, input=[*output, question]
+    )
     assert answer.status == "completed"
     assert "parse_da" in answer.output_text, answer.output_text  # parse_date or parse_day
     assert answer.usage is not None and answer.usage.input_tokens < 1000
 
 
-SEARCH = {"type": "function", "name": "search", "description": "Search one directory for a name.",
-          "parameters": {"type": "object", "properties": {"directory": {"type": "string"}},
-                         "required": ["directory"]}}  # fmt: skip
+SEARCH = {
+    "type": "function",
+    "name": "search",
+    "description": "Search one directory for a name.",
+    "parameters": {
+        "type": "object",
+        "properties": {"directory": {"type": "string"}},
+        "required": ["directory"],
+    },
+}
 
 
 def test_fifty_turns_of_tool_calls_stay_under_the_context_and_keep_the_task(server: str) -> None:
     """An agent loop of 50 tool calls on one socket (`store: false`), with `context_management`:
     the history would pass the 4,096-token context; compacted, every prompt stays under it, and
     the model still names the task at the end."""
-    managed = {"store": False, "tools": [SEARCH], "max_output_tokens": 96,
-               "parallel_tool_calls": False,
-               "context_management": [{"type": "compaction", "compact_threshold": 2000}]}  # fmt: skip
-    task = ("Task: find the file that defines the constant ZETA_LIMIT. Search the directories "
-            "one by one with the search tool.")  # fmt: skip
+    managed = {
+        "store": False,
+        "tools": [SEARCH],
+        "max_output_tokens": 96,
+        "parallel_tool_calls": False,
+        "context_management": [{"type": "compaction", "compact_threshold": 2000}],
+    }
+    task = (
+        "Task: find the file that defines the constant ZETA_LIMIT. Search the directories "
+        "one by one with the search tool."
+    )
     prompts, compactions, turn = [], 0, None
     with connect(server.replace("http://", "ws://") + "/responses", open_timeout=10) as ws:
         body: dict[str, Any] = {"input": task, "tool_choice": "required"}
         for i in range(51):
             last = i == 50
-            ws.send(json.dumps({"type": "response.create", "model": MODEL, "temperature": 0,
-                                **managed, **body}))  # fmt: skip
+            ws.send(
+                json.dumps(
+                    {"type": "response.create", "model": MODEL, "temperature": 0, **managed, **body}
+                )
+            )
             frames = [json.loads(ws.recv(timeout=300))]
             while frames[-1]["type"] not in (*TERMINAL, "error"):
                 frames.append(json.loads(ws.recv(timeout=300)))
@@ -308,16 +449,31 @@ def test_fifty_turns_of_tool_calls_stay_under_the_context_and_keep_the_task(serv
             if last:
                 break
             [call] = [item for item in turn["output"] if item["type"] == "function_call"]
-            result = (f"No match for ZETA_LIMIT in {json.loads(call['arguments']).get('directory')}"
-                      f" (searched {20 + i} files: " + ", ".join(
-                          f"mod_{i}_{k}.py" for k in range(12)) + ").")  # fmt: skip
+            result = (
+                f"No match for ZETA_LIMIT in {json.loads(call['arguments']).get('directory')}"
+                f" (searched {20 + i} files: "
+                + ", ".join(f"mod_{i}_{k}.py" for k in range(12))
+                + ")."
+            )
             answer = {"type": "function_call_output", "call_id": call["call_id"], "output": result}
-            body = {"previous_response_id": turn["id"], "input": [answer],
-                    "tool_choice": "required"}  # fmt: skip
+            body = {
+                "previous_response_id": turn["id"],
+                "input": [answer],
+                "tool_choice": "required",
+            }
             if i == 49:
-                body = {**body, "tool_choice": "none", "input": [answer, {
-                    "role": "user", "content": "Stop searching. In one sentence: what is the "
-                    "task you are working on?"}]}  # fmt: skip
+                body = {
+                    **body,
+                    "tool_choice": "none",
+                    "input": [
+                        answer,
+                        {
+                            "role": "user",
+                            "content": "Stop searching. In one sentence: what is the "
+                            "task you are working on?",
+                        },
+                    ],
+                }
     assert compactions >= 2, prompts
     assert max(prompts) < 4096, prompts
     assert turn is not None
