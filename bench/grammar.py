@@ -107,6 +107,7 @@ def _row(name: str, times: list[float]) -> tuple[str, float]:
 def _decode_rate(engine: Any, grammar: bool) -> float:
     """Tokens/s of one forced apply_patch call, after its first token."""
     from oars.normalize import normalize
+    from oars.turn import Turn
 
     body = {
         "instructions": "You edit code by calling apply_patch.",
@@ -118,7 +119,7 @@ def _decode_rate(engine: Any, grammar: bool) -> float:
     }
 
     async def run() -> float:
-        opened = await engine.open(normalize(body, served_model="m").engine)
+        opened = await engine.open(Turn.of(normalize(body, served_model="m")).engine_request())
         first, tokens = None, 0
         async for chunk in engine.generate(opened):
             if first is None and chunk.num_tokens:

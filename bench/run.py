@@ -34,6 +34,7 @@ from oars.http.sse import encode
 from oars.normalize import normalize
 from oars.service import ResponsesService
 from oars.testing import ScriptedEngine
+from oars.turn import Turn
 from oars.weights import DEFAULT_MODEL, pull
 from tests.model.conftest import _free_port, _wait_ready
 
@@ -144,13 +145,15 @@ def _builder(n: int) -> tuple[float, float]:
 
     async def chunks_only() -> float:
         start = time.perf_counter()
-        prepared = await engine.open(normalize({"input": "x"}, served_model="m").engine)
+        turn = Turn.of(normalize({"input": "x"}, served_model="m"))
+        prepared = await engine.open(turn.engine_request())
         count = sum([1 async for _ in engine.generate(prepared)])
         return count / (time.perf_counter() - start)
 
     async def through_builder() -> float:
         start = time.perf_counter()
-        run = await ResponsesService(engine).start(normalize({"input": "x"}, served_model="m"))
+        turn = Turn.of(normalize({"input": "x"}, served_model="m"))
+        run = await ResponsesService(engine).start(turn)
         count = 0
         async for event in run.events():
             encode(event)

@@ -6,27 +6,28 @@ files, commands, decisions, open steps), and seals it into a `compaction` item c
 assistant and the tools said (see `oars.compaction`); the newest user messages (within a budget)
 are returned with it, for a client that replaces its history with the result.
 
-`compact_history` does this inside a create request: with `context_management`, when the prompt
-would pass the threshold or the model's context (the earlier part is compacted, the new input is
-kept as sent, and the compaction item leads the output), or when the input ends with a
-`compaction_trigger` item (Codex's remote compaction: the whole context is compacted, and the
-compaction item is the only output).
+A create request compacts its context through its turn (`Turn.compact`): with
+`context_management`, when the prompt would pass the threshold or the model's context, or when
+the input ends with a `compaction_trigger` item.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from oars.compaction import COMPACTION_TYPES, TRIGGER, Sealed, fingerprint, place
+from oars.compaction import COMPACTION_TYPES, Sealed, fingerprint, place
 from oars.errors import EngineError, InvalidRequest
-from oars.history import History
+from oars.events.builder import usage_wire
+from oars.generation import ChatMessage, EngineRequest, SamplingParams
 from oars.ids import new_id
-from oars.normalize import ResponseRequest, normalize
-from oars.service import ResponsesService
+from oars.prompt import error_text
 from oars.store import Json
+
+if TYPE_CHECKING:
+    from oars.service import ResponsesService
 
 log = logging.getLogger("oars.compaction")
 
@@ -34,7 +35,6 @@ SUMMARY_TOKENS = 400  # the summary's length, at most (it is asked for 200 words
 KEEP_USER_CHARS = 6000  # user messages kept verbatim, newest first (about 1,500 tokens)
 TRANSCRIPT_TOKENS = 8192  # the summary prompt, at most (less on a smaller context)
 _ENTRY_CHARS = 1600  # one message, call or tool output in the transcript: its head and tail
-_RESERVE = 1024  # tokens left for the reply when deciding a prompt fits the context
 
 INSTRUCTIONS = """\
 You write the memory of a coding agent whose conversation grew too long. The agent will \
@@ -183,6 +183,11 @@ def _entry(item: Json) -> str:
         output = item.get("output")
         text = output if isinstance(output, str) else _text(output)
         return f"Tool result: {_cut(text)}"
+    if kind == "mcp_call":
+        output = item.get("output")
+        result = output if isinstance(output, str) else f"Error: {error_text(item.get('error'))}"
+        call = f"{item.get('server_label')}.{item.get('name')}({_cut(str(item.get('arguments')))})"
+        return f"Assistant called {call}\nTool result: {_cut(result)}"
     return ""
 
 
@@ -193,30 +198,17 @@ async def _summarize(
     budget = min(TRANSCRIPT_TOKENS, (context or TRANSCRIPT_TOKENS) - SUMMARY_TOKENS - 64)
     chars = budget * 3
     for _ in range(4):
-        request = _request(service, model, _fit(entries, chars))
-        tokens = await service.count_tokens(request)
+        request = _request(_fit(entries, chars))
+        tokens = await service.count_tokens(model, request)
         if tokens <= budget:
             break
         chars = int(chars * budget / tokens * 0.9)
-    run = await service.start(request)
-    events = run.events()
     try:
-        async for _ in events:
-            pass
-    finally:
-        await events.aclose()
-    response = run.builder.response
-    if response["status"] == "failed":
-        raise EngineError(f"the summary could not be written: {response['error']['message']}")
-    summary = _once(
-        "\n".join(
-            part["text"]
-            for item in response["output"]
-            if item["type"] == "message"
-            for part in item["content"]
-        )
-    )
-    return summary or _cut("\n".join(entries), 4000), response["usage"]
+        done = await service.complete(model, request)
+    except EngineError as exc:
+        raise EngineError(f"the summary could not be written: {exc}") from exc
+    summary = _once(done.text)
+    return summary or _cut("\n".join(entries), 4000), usage_wire(done.usage)
 
 
 def _fit(entries: list[str], chars: int) -> str:
@@ -232,49 +224,10 @@ def _fit(entries: list[str], chars: int) -> str:
     return "\n\n".join([*head, *gap, *tail[::-1]])
 
 
-def _request(service: ResponsesService, model: str, transcript: str) -> ResponseRequest:
-    body = {
-        "model": model,
-        "instructions": INSTRUCTIONS,
-        "temperature": 0,
-        "store": False,
-        "repetition_penalty": 1.15,
-        "max_output_tokens": SUMMARY_TOKENS,
-        "input": [
-            {
-                "role": "user",
-                "content": (f"The conversation so far:\n\n{transcript}\n\nWrite the summary now."),
-            }
-        ],
-    }
-    return normalize(body, served_model=service.default_model)
-
-
-async def compact_history(service: ResponsesService, history: History) -> History:
-    """Compact before generating: all of it now (a `compaction_trigger`: the response then
-    generates nothing), or, with `context_management`, the context before the new input when
-    the prompt would pass the threshold or the model's context. The compaction leads the
-    output, and the prompt is rendered with it."""
-    request = history.request
-    assert request.compaction is not None
-    if request.compaction.now:
-        everything = [item for item in history.context if item.get("type") != TRIGGER]
-        compacted = await compact(service, request.model, everything)
-        whole = [*everything, compacted.item]
-        rendered = replace(request.with_context(whole), compacted=compacted.item)
-        return replace(history, request=rendered, context=tuple(whole))
-    tokens = await service.count_tokens(request)
-    context = service.engine_for(request.model).info.context_length
-    threshold = request.compaction.threshold or context
-    reserve = request.engine.sampling.max_output_tokens or _RESERVE
-    over_context = context is not None and tokens + reserve > context
-    if not over_context and (threshold is None or tokens <= threshold):
-        return history
-    earlier = history.context[: len(history.context) - len(history.new_input)]
-    if not earlier:
-        return history  # only new input: nothing earlier to compact
-    compacted = await compact(service, request.model, earlier)
-    whole = [*history.context, compacted.item]  # it hides the earlier items it covers
-    rendered = replace(request.with_context(whole), compacted=compacted.item)
-    log.info("context of %d tokens compacted before generating (threshold %s)", tokens, threshold)
-    return replace(history, request=rendered, context=tuple(whole))
+def _request(transcript: str) -> EngineRequest:
+    prompt = f"The conversation so far:\n\n{transcript}\n\nWrite the summary now."
+    sampling = SamplingParams(
+        temperature=0.0, max_output_tokens=SUMMARY_TOKENS, repetition_penalty=1.15
+    )
+    messages = (ChatMessage("system", INSTRUCTIONS), ChatMessage("user", prompt))
+    return EngineRequest(messages, sampling)

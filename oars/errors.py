@@ -107,6 +107,17 @@ class NotFound(ClientError):
         super().__init__(message, param=param, code=code)
 
 
+class DependencyFailed(ClientError):
+    """A server the request named (an MCP server) could not be used: 424, as OpenAI answers a
+    tool listing that failed."""
+
+    status = 424
+    type = "external_connector_error"
+
+    def __init__(self, message: str, *, param: str | None = "tools"):
+        super().__init__(message, param=param, code="http_error")
+
+
 class StoreUnavailable(OarsError):
     """The response store cannot be reached, or refused a write: 503, nothing reported stored."""
 

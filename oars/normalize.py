@@ -2,21 +2,24 @@
 
 `normalize(body)` turns the JSON body of `POST /v1/responses` into a `ResponseRequest`, or raises
 `InvalidRequest` naming the offending parameter. Nothing downstream looks at the wire body again.
+The request's input is checked here, item by item, and kept as items: the turn renders it for
+the model, once, with the history it continues.
 """
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from oars.compaction import COMPACTION_TYPES, SUMMARY_PREFIX, TRIGGER, Sealed, place
+from oars.compaction import TRIGGER
 from oars.errors import InvalidRequest, NotFound
-from oars.generation import ChatMessage, EngineRequest, OutputFormat, SamplingParams
+from oars.generation import OutputFormat, SamplingParams
 from oars.ids import is_id, new_id
-from oars.tools import ToolSet, echo_tools, parse_tools, resolve
+from oars.mcp.servers import McpChoice, McpServer, parse_choice, parse_servers
+from oars.prompt import Unseal, check
+from oars.tools import NO_TOOLS, ToolSet, echo_tools, parse_tools, resolve
 
 INCLUDABLE = frozenset(
     {
@@ -36,40 +39,39 @@ MAX_INPUT_ITEMS = 20_000  # per request (a long agent session has a few thousand
 MAX_TOOLS = 512  # per request, namespaces counted as one
 ENCRYPTED_REASONING = "reasoning.encrypted_content"
 
+Json = dict[str, Any]
+
 
 @dataclass(frozen=True)
 class ResponseRequest:
-    """A validated request: what to generate, how to stream it, and what to echo back."""
+    """A validated request: how to generate it, stream it and echo it, and its new input."""
 
     model: str
-    stream: bool
-    engine: EngineRequest
-    echo: Mapping[str, Any] = field(default_factory=dict)
-    include_logprobs: bool = False
-    tools: ToolSet = field(default_factory=lambda: ToolSet((), (), "none"))
+    stream: bool = False
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    tools: ToolSet = NO_TOOLS  # the function and custom tools, `tool_choice` applied
     parallel_tool_calls: bool = True
-    input_items: tuple[dict[str, Any], ...] = ()  # the new input as items, with ids
+    output: OutputFormat | None = None  # `text.format` as JSON; None: free text
+    top_logprobs: int | None = None  # None: no logprobs; 0..20: that many alternatives
+    reasoning_effort: str | None = None
+    servers: tuple[McpServer, ...] = ()  # the MCP servers this server runs tools of
+    mcp_choice: McpChoice | None = None  # `tool_choice` names one of them
+    max_tool_calls: int | None = None  # of the MCP servers' tools, in this response
+    echo: Mapping[str, Any] = field(default_factory=dict)
+    input_items: tuple[Json, ...] = ()  # the new input as items, with ids
     instructions: str | None = None
     store: bool = False
     background: bool = False
     previous_response_id: str | None = None
     conversation_id: str | None = None
     include_encrypted_reasoning: bool = False
-    unseal: Unseal | None = field(default=None, compare=False)
     tenant: str = ""  # whose the response will be (the hashed API key; '' without keys)
     compaction: Compaction | None = None  # `context_management`: compact a long context first
-    compacted: dict[str, Any] | None = None  # the compaction item made for it: its first output
     generate: bool = True  # false: take the input (a client's prewarm) and generate nothing
 
-    def with_context(self, items: list[dict[str, Any]]) -> ResponseRequest:
-        """The same request, its prompt rendered from these items (history, then new input)."""
-        messages = _with_system(_items(items, self.unseal), self.instructions)
-        if not messages:
-            raise _fail("Invalid 'input': it holds no message to respond to.", "input")
-        return replace(self, engine=replace(self.engine, messages=tuple(messages)))
-
-
-Unseal = Callable[[str], str]  # encrypted reasoning → its text; raises ValueError if tampered
+    @property
+    def include_logprobs(self) -> bool:
+        return self.top_logprobs is not None
 
 
 @dataclass(frozen=True)
@@ -97,9 +99,9 @@ _KIND_NAMES = {
 
 
 def _type_name(value: Any) -> str:
-    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}.get(
-        type(value), "null" if value is None else "a number"
-    )
+    if value is None:
+        return "null"
+    return "a number" if type(value) is int else _KIND_NAMES.get(type(value), "a number")
 
 
 def _get(body: Mapping[str, Any], key: str, kinds: tuple[type, ...], param: str) -> Any:
@@ -136,100 +138,14 @@ def _integer(body: Mapping[str, Any], key: str, lo: int, hi: int | None = None) 
 # ---- input items ------------------------------------------------------------------------------
 
 
-def _content_text(content: Any, param: str) -> str:
-    """Message content (a string or a list of parts) → the text the template gets."""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise _fail(f"Invalid '{param}': expected a string or an array of content parts.", param)
-    texts: list[str] = []
-    for i, part in enumerate(content):
-        p = f"{param}[{i}]"
-        if not isinstance(part, dict):
-            raise _fail(f"Invalid '{p}': expected a content part object.", p)
-        kind = part.get("type")
-        if kind in ("input_text", "output_text", "text", "summary_text", "reasoning_text"):
-            texts.append(_text_field(part, "text", p))
-        elif kind == "refusal":
-            texts.append(_text_field(part, "refusal", p))
-        elif kind in ("input_image", "input_file", "input_audio"):
-            raise _fail(
-                f"Invalid '{p}': this model takes text only; '{kind}' is not supported.",
-                p,
-                "unsupported_content",
-            )
-        else:
-            raise _fail(f"Invalid '{p}.type': unknown content part type {kind!r}.", f"{p}.type")
-    return "\n".join(texts)
-
-
-def _text_field(obj: Mapping[str, Any], key: str, param: str) -> str:
-    value = obj.get(key)
-    if not isinstance(value, str):
-        raise _fail(f"Invalid '{param}.{key}': expected a string.", f"{param}.{key}")
-    return value
-
-
-_ROLES = ("user", "assistant", "system", "developer")
-
-
-def _message(item: Mapping[str, Any], param: str) -> ChatMessage:
-    role = item.get("role")
-    if role not in _ROLES:
-        raise _fail(
-            f"Invalid '{param}.role': expected one of {', '.join(_ROLES)}, got {role!r}.",
-            f"{param}.role",
-        )
-    if "content" not in item:
-        raise _fail(
-            f"Missing required parameter: '{param}.content'.",
-            f"{param}.content",
-            "missing_required_parameter",
-        )
-    text = _content_text(item["content"], f"{param}.content")
-    return ChatMessage(role="system" if role == "developer" else role, content=text)
-
-
-def _function_call(item: Mapping[str, Any], param: str) -> ChatMessage:
-    name = _text_field(item, "name", param)
-    arguments = _text_field(item, "arguments", param)
-    try:
-        parsed: Any = json.loads(arguments) if arguments.strip() else {}
-    except json.JSONDecodeError:
-        parsed = arguments  # templates get what the model wrote; never fail a replay on it
-    call = {
-        "type": "function",
-        "id": item.get("call_id"),
-        "function": {"name": name, "arguments": parsed},
-    }
-    return ChatMessage(role="assistant", content="", tool_calls=(call,))
-
-
-def _custom_tool_call(item: Mapping[str, Any], param: str) -> ChatMessage:
-    name = _text_field(item, "name", param)
-    call = {
-        "type": "function",
-        "id": item.get("call_id"),
-        "function": {"name": name, "arguments": {"input": _text_field(item, "input", param)}},
-    }
-    return ChatMessage(role="assistant", content="", tool_calls=(call,))
-
-
-def _function_call_output(item: Mapping[str, Any], param: str) -> ChatMessage:
-    output = item.get("output")
-    text = output if isinstance(output, str) else _content_text(output, f"{param}.output")
-    return ChatMessage(role="tool", content=text, tool_call_id=item.get("call_id"))
-
-
-def _items(raw: Any, unseal: Unseal | None = None) -> list[ChatMessage]:
+def _input(raw: Any) -> None:
+    """Shallow checks of the input: a string, or a list of objects with a string `type`."""
     if isinstance(raw, str):
-        return [ChatMessage(role="user", content=raw)]
+        return
     if not isinstance(raw, list):
         raise _fail(
             "Invalid 'input': expected a string or an array of items.", "input", "invalid_type"
         )
-    messages: list[ChatMessage] = []
-    reasoning = ""  # goes with the next assistant turn
     for i, item in enumerate(raw):
         param = f"input[{i}]"
         if not isinstance(item, dict):
@@ -238,71 +154,6 @@ def _items(raw: Any, unseal: Unseal | None = None) -> list[ChatMessage]:
             raise _fail(
                 f"Invalid '{param}.type': expected a string.", f"{param}.type", "invalid_type"
             )
-    placement = place(raw, _compactions(raw, unseal))
-    for i, item in enumerate(raw):
-        param = f"input[{i}]"
-        if i in placement.hidden:
-            continue
-        kind = item.get("type", "message")
-        handler = _ITEM_HANDLERS.get(kind)
-        if handler is not None:
-            message = handler(item, param)
-            if reasoning and message.role == "assistant":
-                message, reasoning = replace(message, reasoning=reasoning), ""
-            messages.append(message)
-        elif kind == "item_reference" and not is_id(item.get("id")):
-            raise _fail(f"Invalid '{param}.id': expected an item id.", f"{param}.id")
-        elif kind == "reasoning":
-            reasoning += _reasoning_text(item, param, unseal)
-        # Other item types of the SDK union (hosted tool calls, ...) carry nothing a chat
-        # template can render; they are accepted and left out of the prompt.
-    if placement.summaries:  # what came before all that is left: first, after the instructions
-        summaries = [placement.summaries[i] for i in sorted(placement.summaries)]
-        at = next((i for i, m in enumerate(messages) if m.role != "system"), len(messages))
-        messages.insert(at, ChatMessage("user", SUMMARY_PREFIX + "\n\n".join(summaries)))
-    return _merge_calls(messages)
-
-
-def _compactions(raw: list[Any], unseal: Unseal | None) -> dict[int, Sealed]:
-    """The compaction items' contents by position; 400 for one not sealed by this server."""
-    opened: dict[int, Sealed] = {}
-    for i, item in enumerate(raw):
-        if item.get("type") in COMPACTION_TYPES:
-            try:
-                opened[i] = Sealed.open(item.get("encrypted_content"), unseal)
-            except ValueError as exc:
-                raise _fail(
-                    f"Invalid 'input[{i}].encrypted_content': it is not a compaction "
-                    "made by this server, or it was altered.",
-                    f"input[{i}].encrypted_content",
-                    "invalid_encrypted_content",
-                ) from exc
-    return opened
-
-
-def _reasoning_text(item: Mapping[str, Any], param: str, unseal: Unseal | None) -> str:
-    """A reasoning item's text: its `encrypted_content` (which must be ours and intact), or
-    its `reasoning_text` parts."""
-    sealed = item.get("encrypted_content")
-    if isinstance(sealed, str) and sealed and unseal is not None:
-        try:
-            return unseal(sealed)
-        except ValueError as exc:
-            raise _fail(
-                f"Invalid '{param}.encrypted_content': it was not made by this server "
-                "or was altered.",
-                f"{param}.encrypted_content",
-                "invalid_encrypted_content",
-            ) from exc
-    content = item.get("content")
-    parts = content if isinstance(content, list) else []
-    return "".join(
-        p["text"]
-        for p in parts
-        if isinstance(p, dict)
-        and p.get("type") == "reasoning_text"
-        and isinstance(p.get("text"), str)
-    )
 
 
 _ITEM_PREFIX = {
@@ -314,13 +165,17 @@ _ITEM_PREFIX = {
     "reasoning": "rs",
     "compaction": "cmp",
     "compaction_summary": "cmp",
+    "mcp_list_tools": "mcpl",
+    "mcp_call": "mcp",
+    "mcp_approval_request": "mcpr",
+    "mcp_approval_response": "mcpa",
 }
 
 
 def canonical_input(raw: Any) -> tuple[dict[str, Any], ...]:
     """The input as items, as they are kept and listed: a string is one user message, string
     content becomes one text part, and every item has an id (`item_reference`s stay as they
-    are until the store resolves them). Call after `_items` has validated `raw`."""
+    are until the store resolves them). Call after `check` has validated `raw`."""
     items = [{"type": "message", "role": "user", "content": raw}] if isinstance(raw, str) else raw
     out: list[dict[str, Any]] = []
     for i, raw_item in enumerate(items):
@@ -346,38 +201,6 @@ def canonical_input(raw: Any) -> tuple[dict[str, Any], ...]:
             item = {**item, "id": new_id(_ITEM_PREFIX.get(kind, "item"))}
         out.append(item)
     return tuple(out)
-
-
-_ITEM_HANDLERS = {
-    "message": _message,
-    "function_call": _function_call,
-    "function_call_output": _function_call_output,
-    "custom_tool_call": _custom_tool_call,
-    "custom_tool_call_output": _function_call_output,
-}
-
-
-def _merge_calls(messages: list[ChatMessage]) -> list[ChatMessage]:
-    """Consecutive calls of one assistant turn become one message with several tool_calls."""
-    out: list[ChatMessage] = []
-    for msg in messages:
-        prev = out[-1] if out else None
-        if msg.tool_calls and prev is not None and prev.role == "assistant" and prev.tool_calls:
-            out[-1] = ChatMessage("assistant", prev.content, prev.tool_calls + msg.tool_calls)
-        elif msg.tool_calls and prev is not None and prev.role == "assistant" and not prev.content:
-            out[-1] = ChatMessage("assistant", prev.content, msg.tool_calls)
-        else:
-            out.append(msg)
-    return out
-
-
-def _with_system(messages: list[ChatMessage], instructions: str | None) -> list[ChatMessage]:
-    """Leading system/developer messages and `instructions` become one system message."""
-    head: list[str] = [instructions] if instructions else []
-    rest = list(messages)
-    while rest and rest[0].role == "system":
-        head.append(rest.pop(0).content)
-    return ([ChatMessage("system", "\n\n".join(head))] if head else []) + rest
 
 
 # ---- tools and settings -----------------------------------------------------------------------
@@ -463,20 +286,11 @@ def _include(body: Mapping[str, Any]) -> list[str]:
 
 def validate_items(raw: list[Any], param: str) -> None:
     """Items as `input` takes them (400 naming the first bad one as `param[i]`)."""
-    try:
-        _items(raw)
-    except InvalidRequest as exc:
-        if exc.param is not None and exc.param.startswith("input"):
-            exc.param = param + exc.param[len("input") :]
-            exc.message = exc.message.replace("'input", f"'{param}")
-        raise
+    _input(raw)
+    check(raw, param=param)
 
 
 def validate_metadata(body: Mapping[str, Any]) -> dict[str, str]:
-    return _metadata(body)
-
-
-def _metadata(body: Mapping[str, Any]) -> dict[str, str]:
     metadata = _get(body, "metadata", (dict,), "metadata") or {}
     if len(metadata) > 16:
         raise _fail("Invalid 'metadata': at most 16 keys.", "metadata")
@@ -499,19 +313,29 @@ def _stop(body: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(stops)
 
 
-def _sampling(body: Mapping[str, Any], default_temperature: float) -> SamplingParams:
+def _sampling(
+    body: Mapping[str, Any], default_temperature: float, cap: int | None
+) -> SamplingParams:
+    """Sampling settings; `cap`: the server's limit on output tokens (asking for more is a 400,
+    asking for none gets it)."""
     temperature = _number(body, "temperature", 0.0, 2.0)
     top_p = _number(body, "top_p", 0.0, 1.0)
     if top_p == 0.0:
         raise _fail("Invalid 'top_p': must be greater than 0.", "top_p")
     penalty = _number(body, "repetition_penalty", 0.01, 10.0)
     seed = _integer(body, "seed", 0, 2**32 - 1)  # llama.cpp's seeds are 32-bit
+    asked = _integer(body, "max_output_tokens", 1)
+    if cap is not None and asked is not None and asked > cap:
+        raise _fail(
+            f"Invalid 'max_output_tokens': {asked} is more than this server allows ({cap}).",
+            "max_output_tokens",
+        )
     return SamplingParams(
         temperature=default_temperature if temperature is None else temperature,
         top_p=1.0 if top_p is None else top_p,
         top_k=_integer(body, "top_k", 0) or 0,
         seed=seed,
-        max_output_tokens=_integer(body, "max_output_tokens", 1),
+        max_output_tokens=cap if asked is None else asked,
         stop=_stop(body),
         repetition_penalty=1.0 if penalty is None else penalty,
     )
@@ -556,15 +380,12 @@ def _state(body: Mapping[str, Any], can_store: bool) -> _State:
     return _State(store, background, previous, conversation)
 
 
-def _after_tool_output(raw_input: Any) -> bool:
-    last = raw_input[-1] if isinstance(raw_input, list) and raw_input else None
-    return isinstance(last, dict) and str(last.get("type", "")).endswith("call_output")
-
-
-def _check_forced(toolset: ToolSet, output: OutputFormat | None, stop: tuple[str, ...]) -> None:
+def _check_forced(
+    toolset: ToolSet, mcp: McpChoice | None, output: OutputFormat | None, stop: tuple[str, ...]
+) -> None:
     """A forced call owns the reply: not with a JSON `text.format`. A stop sequence could cut a
     JSON output or a forced call short before it is valid: not with either."""
-    forced = toolset.mode == "required" and bool(toolset.callable)
+    forced = mcp is not None or toolset.mode == "required"
     if forced and output is not None:
         raise _fail("A forced tool call cannot also follow 'text.format'.", "tool_choice")
     if stop and (forced or output is not None):
@@ -593,13 +414,17 @@ def normalize(
     *,
     served_model: str,
     default_temperature: float = 1.0,
+    max_output_tokens: int | None = None,
     can_store: bool = False,
     unseal: Unseal | None = None,
+    mcp_servers: frozenset[str] = frozenset(),
 ) -> ResponseRequest:
     """Validate a `POST /v1/responses` body; raise `InvalidRequest` naming the bad parameter.
 
-    `can_store`: the server keeps responses (then `store` defaults to true). History is not
-    resolved here: the engine request's prompt holds the new input only, until `with_context`.
+    The server's settings: `max_output_tokens`, the most a request may ask for (and what one
+    that asks none gets); `can_store`, it keeps responses (then `store` defaults to true);
+    `unseal`, its key for sealed reasoning and compactions; `mcp_servers`, the labels of the MCP
+    servers its operator configured.
     """
     if not isinstance(body, dict):
         raise _fail("The request body must be a JSON object.", "body", "invalid_type")
@@ -610,20 +435,8 @@ def normalize(
             f"Invalid 'model': a model name is at most {MAX_MODEL_NAME} characters.", "model"
         )
     instructions = _get(body, "instructions", (str,), "instructions")
-    if body.get("input") is None:
-        raise _fail("Missing required parameter: 'input'.", "input", "missing_required_parameter")
-    if isinstance(body["input"], list) and len(body["input"]) > MAX_INPUT_ITEMS:
-        raise _fail(
-            f"Invalid 'input': {len(body['input'])} items; at most {MAX_INPUT_ITEMS} "
-            "are allowed in one request.",
-            "input",
-            "too_many_items",
-        )
-    messages = _with_system(_items(body["input"], unseal), instructions)
-    with_history = state.previous_response_id is not None or state.conversation_id is not None
-    trigger = _trigger(body["input"])
-    if not messages and not with_history and not _has_reference(body["input"]) and not trigger:
-        raise _fail("Invalid 'input': it holds no message to respond to.", "input")
+    raw_input = body.get("input")
+    _check_input(raw_input, unseal, instructions, state)
     wire_tools = _get(body, "tools", (list,), "tools") or []
     if len(wire_tools) > MAX_TOOLS:
         raise _fail(
@@ -631,35 +444,27 @@ def normalize(
             "tools",
             "too_many_tools",
         )
+    servers = parse_servers(wire_tools, mcp_servers)
     tool_choice = body.get("tool_choice", "auto")
-    toolset = resolve(parse_tools(wire_tools), tool_choice)
+    mcp_choice = parse_choice(tool_choice, servers)
+    tools = resolve(parse_tools(wire_tools), "auto" if mcp_choice else tool_choice, bool(servers))
     parallel = _get(body, "parallel_tool_calls", (bool,), "parallel_tool_calls")
     parallel = True if parallel is None else parallel
-    sampling = _sampling(body, default_temperature)
+    sampling = _sampling(body, default_temperature, max_output_tokens)
     text_echo, output = _text_format(body)
-    _check_forced(toolset, output, sampling.stop)
+    _check_forced(tools, mcp_choice, output, sampling.stop)
     reasoning = _reasoning(body)
     include = _include(body)
     top_logprobs = _integer(body, "top_logprobs", 0, 20)
-    include_logprobs = LOGPROBS_INCLUDE in include
-    engine = EngineRequest(
-        messages=tuple(messages),
-        sampling=sampling,
-        tools=toolset,
-        parallel_tool_calls=parallel,
-        output=output,
-        top_logprobs=(top_logprobs or 0) if include_logprobs else None,
-        reasoning_effort=reasoning["effort"],
-        after_tool_output=_after_tool_output(body["input"]),
-    )
+    max_tool_calls = _integer(body, "max_tool_calls", 1)
     echo = {
         "background": state.background,
         "frequency_penalty": 0.0,
         "presence_penalty": 0.0,
         "instructions": instructions,
-        "max_output_tokens": sampling.max_output_tokens,
-        "max_tool_calls": _integer(body, "max_tool_calls", 1),
-        "metadata": _metadata(body),
+        "max_output_tokens": _integer(body, "max_output_tokens", 1),
+        "max_tool_calls": max_tool_calls,
+        "metadata": validate_metadata(body),
         "parallel_tool_calls": parallel,
         "previous_response_id": state.previous_response_id,
         "prompt_cache_key": _get(body, "prompt_cache_key", (str,), "prompt_cache_key"),
@@ -678,26 +483,48 @@ def normalize(
     }
     if state.conversation_id is not None:
         echo["conversation"] = {"id": state.conversation_id}
-    stream = _get(body, "stream", (bool,), "stream") or False
+    trigger = _trigger(raw_input)
     return ResponseRequest(
-        model,
-        stream,
-        engine,
-        echo,
-        include_logprobs,
-        toolset,
-        parallel,
-        input_items=canonical_input(body["input"]),
+        model=model,
+        stream=_get(body, "stream", (bool,), "stream") or False,
+        sampling=sampling,
+        tools=tools,
+        parallel_tool_calls=parallel,
+        output=output,
+        top_logprobs=(top_logprobs or 0) if LOGPROBS_INCLUDE in include else None,
+        reasoning_effort=reasoning["effort"],
+        servers=servers,
+        mcp_choice=mcp_choice,
+        max_tool_calls=max_tool_calls,
+        echo=echo,
+        input_items=canonical_input(raw_input),
         instructions=instructions,
         store=state.store,
         background=state.background,
         previous_response_id=state.previous_response_id,
         conversation_id=state.conversation_id,
         include_encrypted_reasoning=ENCRYPTED_REASONING in include,
-        unseal=unseal,
         compaction=Compaction(now=True) if trigger else _compaction(body),
         generate=not trigger and _get(body, "generate", (bool,), "generate") is not False,
     )
+
+
+def _check_input(raw: Any, unseal: Unseal | None, instructions: str | None, state: _State) -> None:
+    """The input, item by item; a request must give the model something to respond to."""
+    if raw is None:
+        raise _fail("Missing required parameter: 'input'.", "input", "missing_required_parameter")
+    if isinstance(raw, list) and len(raw) > MAX_INPUT_ITEMS:
+        raise _fail(
+            f"Invalid 'input': {len(raw)} items; at most {MAX_INPUT_ITEMS} "
+            "are allowed in one request.",
+            "input",
+            "too_many_items",
+        )
+    _input(raw)
+    says = check(raw, unseal) or bool(instructions)
+    with_history = state.previous_response_id is not None or state.conversation_id is not None
+    if not says and not with_history and not _has_reference(raw) and not _trigger(raw):
+        raise _fail("Invalid 'input': it holds no message to respond to.", "input")
 
 
 def _trigger(raw: Any) -> bool:
@@ -774,7 +601,8 @@ def normalize_compact(body: Any, *, unseal: Unseal | None = None) -> CompactRequ
         )
     items: tuple[dict[str, Any], ...] = ()
     if raw is not None:
-        _items(raw, unseal)
+        _input(raw)
+        check(raw, unseal)
         items = canonical_input(raw)
     if previous is not None and not is_id(previous):
         raise NotFound(

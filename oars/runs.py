@@ -1,7 +1,7 @@
 """Runs that outlive their readers.
 
-`Runs.submit(request)` resolves the request's history from the store, keeps the new response,
-and starts one producer task that drives the generation and appends every event to an
+`Runs.submit(request)` opens the request's turn (its history, from the store), keeps the new
+response, and starts one producer task that drives the generation and appends every event to an
 `EventLog`. Readers (the SSE response, the non-streamed response, a resumed `GET`) follow the log
 from any sequence number; none of them owns the generation. A streamed response that is not in
 the background is cancelled when its reader goes away; a background one runs on.
@@ -19,17 +19,17 @@ import logging
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
 from typing import Any
 
-from oars.compactor import compact_history
 from oars.errors import InvalidRequest, NotFound, RateLimited, StoreUnavailable
 from oars.events import Event
-from oars.history import History, resolve
 from oars.metrics import Metrics, TokenClock
 from oars.normalize import ResponseRequest
-from oars.service import ResponsesService, Run
+from oars.service import Generation, ResponsesService
 from oars.store import TERMINAL_STATUSES, Finished, Json, NewResponse, Store, StoredResponse
 from oars.store.tenant import scoped
+from oars.turn import Turn
 
 log = logging.getLogger("oars.runs")
 
@@ -75,13 +75,13 @@ class EventLog:
 class RunHandle:
     """One response being produced: its log, its final snapshot, and a way to stop it."""
 
-    def __init__(self, request: ResponseRequest, run: Run, history: History) -> None:
-        self.request, self.run, self.history = request, run, history
-        self.id: str = run.builder.id
-        self.model = run.engine.info.id  # the model serving it (any name may ask for it)
+    def __init__(self, request: ResponseRequest, generation: Generation, turn: Turn) -> None:
+        self.request, self.generation, self.turn = request, generation, turn
+        self.id: str = generation.id
+        self.model = generation.engine.info.id  # the model serving it (any name may ask for it)
         self.clock: TokenClock | None = None
         self.log = EventLog()
-        self.initial = run.builder.response  # what a background create answers, and is kept
+        self.initial = generation.builder.response  # what a background create answers, and is kept
         self.task: asyncio.Task[None] | None = None
         self.unkept = False  # the store failed it: the response is not kept
         self.generating = False  # the producer is in the generation (where a cancel can stop it)
@@ -89,7 +89,7 @@ class RunHandle:
 
     @property
     def snapshot(self) -> dict[str, Any]:
-        return self.run.builder.response
+        return self.generation.builder.response
 
     @property
     def done(self) -> bool:
@@ -202,7 +202,7 @@ class Runs:
         """Resolve history, keep the response, start producing. Errors here come before any
         byte of the response: client errors are 4xx (429 past the key's concurrent runs), a
         store that is down is a 503. `previous`: the previous response's context, when the
-        caller holds it (see `history.resolve`)."""
+        caller holds it (see `Turn.open`)."""
         tenant = request.tenant
         if self.concurrent_per_key is not None and self._running[tenant] >= self.concurrent_per_key:
             raise RateLimited(
@@ -222,14 +222,15 @@ class Runs:
 
     async def _submit(self, request: ResponseRequest, previous: Sequence[Json] | None) -> RunHandle:
         store = scoped(self.store, request.tenant) if self.store is not None else None
-        history = await resolve(request, store, previous)
+        sealer = self.service.sealer
+        turn = await Turn.open(request, store, sealer.unseal if sealer else None, previous)
         if request.compaction is not None:
-            history = await compact_history(self.service, history)
-            if history.request.compacted is not None:
+            turn = await turn.compact(self.service)
+            if turn.compacted is not None:
                 how = "trigger" if request.compaction.now else "threshold"
                 self.metrics.compacted(request.model, how)
-        run = await self.service.start(history.request)
-        handle = RunHandle(request, run, history)
+        generation = await self.service.start(turn)
+        handle = RunHandle(request, generation, turn)
         handle.clock = TokenClock(self.metrics, handle.model)
         # The first write overlaps the prefill; no byte is sent before it has landed.
         begun = asyncio.ensure_future(self._begin(handle)) if request.store else None
@@ -248,14 +249,15 @@ class Runs:
 
     async def _begin(self, handle: RunHandle) -> None:
         assert self.store is not None
-        history = handle.history
+        turn = handle.turn
         stored = handle.stored(handle.initial, self.replica)
-        new = NewResponse(stored, history.stored_input, history.conversation_id)
+        new = NewResponse(stored, turn.stored_input, turn.request.conversation_id)
         await self.store.begin(new, lease_seconds=self.lease_seconds)
 
     async def _produce(self, handle: RunHandle, begun: asyncio.Future[None] | None) -> None:
         logged = _Persisted(self.store if begun is not None else None, handle, begun)
-        events = handle.run.events(handle.clock)
+        generation = handle.generation
+        events = generation.events(handle.clock)
         ending: list[Event] = []  # held back until the response is kept
         try:
             if handle.cancel_requested:
@@ -270,29 +272,27 @@ class Runs:
             handle.generating = False
             _uncancel()
             await events.aclose()
-            if not handle.log.events:
-                handle.log.append(handle.run.builder.start())
-            ending = _publish(handle, handle.run.cancel(), ending)
+            ending = _publish(handle, generation.cancel(), ending)
         except TimeoutError:
             handle.generating = False
             await events.aclose()
             message = (
                 f"The response took longer than this server allows ({self.request_timeout} s)."
             )
-            ending = _publish(handle, handle.run.fail(message, code="request_timeout"), ending)
+            ending = _publish(handle, generation.fail(message, code="request_timeout"), ending)
         except StoreUnavailable as exc:
             handle.generating = False
             await events.aclose()
             log.error("response %s: %s", handle.id, exc)
             handle.unkept = True
-            ending = _publish(handle, handle.run.fail(str(exc), code="store_unavailable"), ending)
+            ending = _publish(handle, generation.fail(str(exc), code="store_unavailable"), ending)
         try:
             await logged.stop()
             await logged.finish(ending)
         except StoreUnavailable as exc:
             log.error("response %s could not be stored: %s", handle.id, exc)
             handle.unkept = True
-            ending = handle.run.builder.fail_instead(ending, str(exc), "store_unavailable")
+            ending = generation.fail_instead(ending, str(exc), "store_unavailable")
         finally:
             # Readers see the ending only now: a client told `completed` can chain from it.
             handle.log.append(ending)
@@ -338,27 +338,53 @@ class Runs:
                 load[handle.model] = (running + (not first), waiting + first)
         return load
 
-    # ---- reading ------------------------------------------------------------------------
+    def of(self, tenant: str) -> Tenant:
+        """The runs and the store as `tenant` sees them."""
+        return Tenant(self, tenant)
 
-    async def get(self, response_id: str, tenant: str = "") -> StoredResponse:
-        """A response of `tenant`'s (any other is not found)."""
-        handle = self.active.get(response_id)
-        if handle is not None and handle.request.tenant != tenant:
-            raise NotFound(f"Response with id '{response_id}' not found.", param="response_id")
+
+def _missing(response_id: str) -> NotFound:
+    return NotFound(f"Response with id '{response_id}' not found.", param="response_id")
+
+
+class Tenant:
+    """The runs and the store as one API key sees them: what another key made does not exist
+    here. Every route and socket reaches runs and stored state through one (`Runs.of`), so no
+    route can forget the check. Without API keys every request is the tenant ''."""
+
+    def __init__(self, runs: Runs, tenant: str) -> None:
+        self.runs, self.tenant = runs, tenant
+        self.store: Store | None = scoped(runs.store, tenant) if runs.store is not None else None
+
+    async def submit(
+        self, request: ResponseRequest, previous: Sequence[Json] | None = None
+    ) -> RunHandle:
+        """Start a response of this tenant's (see `Runs.submit`)."""
+        return await self.runs.submit(replace(request, tenant=self.tenant), previous)
+
+    def active(self, response_id: str) -> RunHandle | None:
+        """A response of this tenant's that this replica is running."""
+        handle = self.runs.active.get(response_id)
+        return handle if handle is not None and handle.request.tenant == self.tenant else None
+
+    async def get(self, response_id: str) -> StoredResponse:
+        """A response of this tenant's, running here or kept (any other is not found)."""
+        handle = self.active(response_id)
         if handle is not None and handle.snapshot["status"] in TERMINAL_STATUSES:
             await handle.result()  # its ending is being kept: answer what was kept
             handle = None
         if handle is not None and handle.request.store:
-            return handle.stored(handle.snapshot, self.replica)
+            return handle.stored(handle.snapshot, self.runs.replica)
         stored = await self.store.get(response_id) if self.store is not None else None
-        if stored is None or stored.tenant != tenant:
-            raise NotFound(f"Response with id '{response_id}' not found.", param="response_id")
+        if stored is None:
+            raise _missing(response_id)
         return stored
 
     async def follow(self, response_id: str, after: int) -> AsyncIterator[Event]:
         """A response's events after `after`: live from this replica's log, or polled from the
         store when another replica runs it. Ends on the terminal event, always."""
-        handle = self.active.get(response_id)
+        await self.get(response_id)
+        handle = self.active(response_id)
         if handle is not None:
             async for event in handle.events(after):
                 yield event
@@ -379,27 +405,38 @@ class Runs:
                     return
                 await asyncio.sleep(_FLUSH_SECONDS)
 
-    async def cancel(self, response_id: str, tenant: str = "") -> dict[str, Any]:
-        stored = await self.get(response_id, tenant)
+    async def cancel(self, response_id: str) -> dict[str, Any]:
+        stored = await self.get(response_id)
         if not stored.background:
             raise InvalidRequest(
                 "Only background responses can be cancelled.", param=None, code="invalid_request"
             )
         if stored.finished:
             return stored.snapshot
-        handle = self.active.get(response_id)
+        handle = self.active(response_id)
         if handle is not None:
             handle.cancel()
             return await handle.result()
         assert self.store is not None
         await self.store.request_cancel(response_id)
-        deadline = time.monotonic() + 3 * self.lease_seconds
+        deadline = time.monotonic() + 3 * self.runs.lease_seconds
         while time.monotonic() < deadline:  # the owner sees it at its next heartbeat
-            stored = await self.get(response_id, tenant)
+            stored = await self.get(response_id)
             if stored.finished:
                 return stored.snapshot
             await asyncio.sleep(0.1)
         return stored.snapshot
+
+    async def delete(self, response_id: str) -> None:
+        """Delete a kept response (one running here is stopped first)."""
+        if self.store is None:
+            raise _missing(response_id)
+        handle = self.active(response_id)
+        if handle is not None and handle.request.store:
+            handle.cancel()
+            await handle.result()
+        if not await self.store.delete(response_id):
+            raise _missing(response_id)
 
 
 class _Persisted:
@@ -468,7 +505,7 @@ class _Persisted:
         assert self.store is not None
         snapshot = self.handle.snapshot
         tail = [*self.handle.log.events[self.written :], *ending] if self.handle.streamed else []
-        conversation = self.handle.history.conversation_items(snapshot)
+        conversation = self.handle.turn.conversation_items(snapshot)
         await self.store.finish(self.handle.id, Finished(snapshot, tail, conversation))
         self.written += len(tail)
 

@@ -1,28 +1,55 @@
-"""ResponsesService: engine chunks → parsed segments → builder events. Nothing else."""
+"""ResponsesService: a turn becomes a generation, which owns the response from its first event
+to its ending.
+
+A generation is one engine step (`oars.step`), or several: when the model calls a tool this
+server runs (an MCP server's), the call runs as soon as it is written, and the model goes on
+in a next step that sees the result, until it answers, calls a tool of the client's, asks for
+an approval, or reaches a limit. One builder makes every event of every step.
+
+Only the generation ends a response: `events()` ends it completed, incomplete or failed (an
+engine error after streaming began); the run manager asks it to `cancel()`, `fail()` (a timeout,
+a store that failed) or `fail_instead()` (an ending that could not be stored). Before the first
+event, errors are raised by `start` (context length, a model that is not served, an upstream
+that refuses) and become the HTTP status of the whole response.
+"""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator
-from dataclasses import dataclass, field, replace
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from oars.engines import Engine, Opened
-from oars.errors import EngineError, NotFound
+from oars.errors import ClientError, EngineError, NotFound, OarsError
 from oars.events import Event, ResponseBuilder
-from oars.generation import EngineChunk, EngineRequest, FinishReason, TokenLogprob, Usage
+from oars.generation import EngineRequest, FinishReason, Usage
 from oars.metrics import TokenClock
-from oars.normalize import ResponseRequest
-from oars.parsing import Segment, SegmentKind
+from oars.parsing import SegmentKind
 from oars.sealing import Sealer
+from oars.step import Step
+
+if TYPE_CHECKING:
+    from oars.toolbox import Toolbox, ToolboxFactory
+    from oars.turn import Turn
 
 log = logging.getLogger("oars.service")
 
 
+@dataclass(frozen=True)
+class Completion:
+    """What `ResponsesService.complete` got: the answer's text and its usage."""
+
+    text: str
+    usage: Usage
+
+
 class ResponsesService:
-    """The models served (the first is the default) and how a request becomes a run.
+    """The models served (the first is the default) and how a turn becomes a generation.
 
     With `strict_models`, a request naming a model not served is a 404; otherwise (one
     embedded model) any name is served by the default model, as llama.cpp's server does.
+    `toolboxes` runs the MCP servers requests name (None: a request that names one is a 400).
     """
 
     def __init__(
@@ -32,12 +59,14 @@ class ResponsesService:
         default_temperature: float | None = None,
         sealer: Sealer | None = None,
         strict_models: bool = False,
+        toolboxes: ToolboxFactory | None = None,
     ) -> None:
         self.engines = engines if isinstance(engines, dict) else {engines.info.id: engines}
         self.default_model = next(iter(self.engines))
         self.strict_models = strict_models or len(self.engines) > 1
         self.default_temperature = 1.0 if default_temperature is None else default_temperature
         self.sealer = sealer  # encrypts reasoning for `include: ["reasoning.encrypted_content"]`
+        self.toolboxes = toolboxes
 
     @property
     def engine(self) -> Engine:
@@ -57,29 +86,54 @@ class ResponsesService:
             )
         return self.engine
 
-    async def start(self, request: ResponseRequest) -> Run:
-        """Accept a request; errors before any byte raise here (context length, a model that
-        is not served, an upstream that refuses)."""
+    async def start(self, turn: Turn) -> Generation:
+        """Accept a turn; errors before any byte raise here."""
+        request = turn.request
         engine = self.engine_for(request.model)
-        opened = await engine.open(request.engine)
-        tools = {t.model_name: t for t in request.tools.callable}
         builder = ResponseBuilder(
             request.echo,
             include_logprobs=request.include_logprobs,
             model=request.model,
-            tools=tools,
+            tools={t.model_name: t for t in request.tools.callable},
             background=request.background,
             seal=self.sealer.seal if self.sealer and request.include_encrypted_reasoning else None,
         )
+        toolbox = await self._toolbox(turn)
         if not request.generate:
-            return Run(
-                _Unread(engine, await engine.count_tokens(request.engine)), opened, builder, request
-            )
-        return Run(engine, opened, builder, request)
+            tokens = await engine.count_tokens(turn.engine_request())
+            return Generation(engine, turn, builder, unread=tokens)
+        # With MCP servers, what the model may call is known once they are listed.
+        first = await engine.open(turn.engine_request()) if toolbox is None else None
+        return Generation(engine, turn, builder, first=first, toolbox=toolbox)
 
-    async def count_tokens(self, request: ResponseRequest) -> int:
-        """The input tokens the request's prompt takes."""
-        return await self.engine_for(request.model).count_tokens(request.engine)
+    async def _toolbox(self, turn: Turn) -> Toolbox | None:
+        if not turn.request.servers or not turn.request.generate:
+            return None
+        if self.toolboxes is None:
+            raise ClientError(
+                "This server runs no MCP tools.", param="tools", code="unsupported_value"
+            )
+        return await self.toolboxes.open(turn)
+
+    async def count_tokens(self, model: str, request: EngineRequest) -> int:
+        """The input tokens a request's prompt takes."""
+        return await self.engine_for(model).count_tokens(request)
+
+    async def complete(self, model: str, request: EngineRequest) -> Completion:
+        """A plain generation outside any response (the compactor's summary): its answer."""
+        engine = self.engine_for(model)
+        opened = await engine.open(request)
+        texts: list[str] = []
+        usage: Usage | None = None
+        async for chunk in engine.generate(opened):
+            segments = opened.parser.feed(chunk.text) if chunk.text else []
+            if chunk.finish is not None:
+                segments += opened.parser.finish()
+                usage = chunk.usage or Usage()
+            texts += [s.text for s in segments if s.kind is SegmentKind.TEXT]
+        if usage is None:
+            raise EngineError("the engine stopped without finishing")
+        return Completion("".join(texts), usage)
 
     async def aclose(self) -> None:
         """Close what engines hold open (an upstream's pooled connections)."""
@@ -89,180 +143,130 @@ class ResponsesService:
                 await close()
 
 
-@dataclass
-class _Carry:
-    """Tokens not yet attributed to a segment (their text may still be held by a parser)."""
-
-    logprobs: list[TokenLogprob] = field(default_factory=list)
-    num_tokens: int = 0
-
-
-@dataclass
-class _HeldText:
-    """Answer text whose tokens are not all out yet: a parser holds part of one token back
-    (a `<` that may open a tag), so a delta with logprobs waits until text and tokens agree."""
-
-    text: str = ""
-    logprobs: list[TokenLogprob] = field(default_factory=list)
-    phase: str = ""
-
-    def add(self, text: str, logprobs: tuple[TokenLogprob, ...]) -> bool:
-        """True when the text so far is what its tokens spell (or never will be)."""
-        self.text += text
-        self.logprobs.extend(logprobs)
-        spelled = "".join(lp.token for lp in self.logprobs)
-        return spelled == self.text or not spelled.startswith(self.text)
-
-
-class _Unread:
-    """`generate: false` (Codex prewarms a socket with it): the input is taken and counted, and
-    the response completes with no output; a continuation of it renders the input again."""
-
-    def __init__(self, engine: Engine, input_tokens: int) -> None:
-        self.engine, self.info, self.input_tokens = engine, engine.info, input_tokens
-
-    @property
-    def busy(self) -> bool:
-        return self.engine.busy
-
-    async def open(self, request: EngineRequest) -> Opened:
-        return await self.engine.open(request)
-
-    async def count_tokens(self, request: EngineRequest) -> int:
-        return await self.engine.count_tokens(request)
-
-    async def generate(self, opened: Opened) -> AsyncIterator[EngineChunk]:
-        yield EngineChunk("", 0, finish=FinishReason.STOP, usage=Usage(self.input_tokens))
-
-
-class Run:
-    """One generation in flight."""
+class Generation:
+    """One response in flight: its builder, and the engine steps that fill it."""
 
     def __init__(
-        self, engine: Engine, opened: Opened, builder: ResponseBuilder, request: ResponseRequest
+        self,
+        engine: Engine,
+        turn: Turn,
+        builder: ResponseBuilder,
+        *,
+        first: Opened | None = None,
+        toolbox: Toolbox | None = None,
+        unread: int | None = None,
     ) -> None:
-        self.engine, self.opened, self.builder = engine, opened, builder
-        self.parser = opened.parser
-        self._single_call = not request.parallel_tool_calls
-        self._calls_done = 0
-        self._degraded = 0
-        self._carry = _Carry()
-        self._reasoning_tokens = 0
-        self._last_kind: SegmentKind | None = None  # of the last segment sent to the builder
-        self._with_logprobs = request.include_logprobs
-        self._held = _HeldText()
-        self._compacted = request.compacted
+        self.engine, self.turn, self.builder = engine, turn, builder
+        self.toolbox = toolbox
+        self.error: OarsError | None = None  # what failed it, for a response not streamed
+        self._first = first
+        self._unread = unread  # `generate: false`: the input's tokens; nothing is generated
+        self._step: Step | None = None
+
+    @property
+    def id(self) -> str:
+        return self.builder.id
+
+    @property
+    def response(self) -> dict[str, object]:
+        return self.builder.response
 
     async def events(self, clock: TokenClock | None = None) -> AsyncGenerator[Event, None]:
-        """The run's events; `clock` is told of the tokens as they come."""
+        """Every event of the response, its ending included; `clock` is told of the tokens."""
         for event in self.builder.start() + self.builder.progress():
             yield event
-        if self._compacted is not None:
-            for event in self.builder.compaction(self._compacted):
+        if self.turn.compacted is not None:
+            for event in self.builder.compaction(self.turn.compacted):
                 yield event
-        finish: EngineChunk | None = None
         try:
-            async for chunk in self.engine.generate(self.opened):
-                if clock is not None:
-                    clock.tokens(chunk.num_tokens)
-                for event in self._apply(chunk):
-                    yield event
-                if chunk.finish is not None:
-                    finish = chunk
-        except EngineError as exc:
-            log.warning("generation failed: %s", exc)
-            for event in self._fail(str(exc)):
+            async for event in self._run(clock):
                 yield event
-            return
+        except (EngineError, ClientError) as exc:
+            log.warning("generation failed: %s", exc)
+            for event in self._failed(exc):
+                yield event
         except Exception:  # the stream's boundary: whatever broke, the client gets response.failed
             log.exception("generation crashed")
-            for event in self._fail("internal error during generation"):
+            for event in self._failed(EngineError("internal error during generation")):
+                yield event
+        finally:
+            if self.toolbox is not None:
+                await self.toolbox.close()
+
+    async def _run(self, clock: TokenClock | None) -> AsyncGenerator[Event, None]:
+        if self._unread is not None:
+            for event in self.builder.finish(FinishReason.STOP, Usage(self._unread)):
                 yield event
             return
-        if finish is None or finish.finish is None:
-            for event in self._fail("the engine stopped without finishing"):
+        toolbox = self.toolbox
+        if toolbox is not None:
+            async for event in toolbox.prepare(self.builder):
                 yield event
-            return
-        usage = finish.usage or Usage()
-        if not usage.reasoning_tokens:  # unless the engine counted them itself
-            usage = replace(usage, reasoning_tokens=self._reasoning_tokens)
-        for event in self._release() + self.builder.finish(finish.finish, usage):
+        usage, rounds, finish = Usage(), 0, FinishReason.STOP
+        limit = self.turn.request.sampling.max_output_tokens
+        while True:
+            step = await self._next_step(rounds, usage, limit)
+            if step is None:  # the output tokens are spent
+                finish = FinishReason.LENGTH
+                break
+            async for event in step.run(self.engine, clock):
+                yield event
+            assert step.finish is not None
+            usage, finish, rounds = _sum(usage, step.usage), step.finish, rounds + 1
+            if toolbox is None or not toolbox.goes_on(step, rounds):
+                break
+        for event in self._release() + self.builder.finish(finish, usage):
             yield event
-        response = self.builder.response
-        log.debug("%s output: %s", response["id"], response["output"])
 
-    def _apply(self, chunk: EngineChunk) -> list[Event]:
-        segments = self._parse(chunk)
-        if segments and self._last_kind not in (None, segments[0].kind):
-            # Tokens the parser swallowed since the last segment (a closing tag, separators)
-            # ended that segment: they count with it, and are in no later text's logprobs.
-            self._settle(self._carry, self._last_kind)
-            self._carry = _Carry()
-        self._carry.logprobs.extend(chunk.logprobs)
-        self._carry.num_tokens += chunk.num_tokens
-        if not segments:
-            return []
-        # A chunk's tokens belong to the last segment its text completed.
-        carry, self._carry = self._carry, _Carry()
-        last = segments[-1]
-        self._settle(carry, last.kind)
-        self._last_kind = last.kind
-        events: list[Event] = []
-        for segment in segments[:-1]:
-            events += self._add(segment)
-        lps = tuple(carry.logprobs) if last.kind is SegmentKind.TEXT else ()
-        return events + self._add(last, lps)
+    async def _next_step(self, rounds: int, usage: Usage, limit: int | None) -> Step | None:
+        left = None if limit is None else limit - usage.output_tokens
+        if left is not None and left <= 0:
+            return None
+        opened, self._first = self._first, None
+        if opened is None:
+            toolset = self.toolbox.toolset(rounds) if self.toolbox is not None else None
+            turn = self.turn.then(self.builder.output)
+            opened = await self.engine.open(turn.engine_request(toolset, left))
+        self._step = Step(
+            opened,
+            self.builder,
+            include_logprobs=self.turn.request.include_logprobs,
+            single_call=not self.turn.request.parallel_tool_calls,
+            tools=self.toolbox,
+        )
+        return self._step
 
-    def _add(self, segment: Segment, logprobs: tuple[TokenLogprob, ...] = ()) -> list[Event]:
-        if segment.kind is not SegmentKind.TEXT or not self._with_logprobs:
-            return self._release() + self.builder.add(segment, logprobs)
-        events = self._release() if segment.name != self._held.phase else []
-        self._held.phase = segment.name
-        if not self._held.add(segment.text, logprobs):
-            return events
-        return events + self._release()
+    def _release(self) -> list[Event]:
+        return self._step.release() if self._step is not None else []
 
-    def _fail(self, message: str) -> list[Event]:
+    def _failed(self, exc: OarsError) -> list[Event]:
         """What the model wrote stays in the output; then `error` and `response.failed`."""
-        return self.fail(message)
+        self.error = exc
+        code = getattr(exc, "code", None) or "server_error"
+        return self._release() + self.builder.fail(str(exc), code)
+
+    # ---- endings asked for from outside (after `events()` was closed) ------------------------
 
     def fail(self, message: str, code: str = "server_error") -> list[Event]:
-        """End the response `failed` from outside (after `events()` was closed)."""
+        """End the response `failed` (a timeout, a store that failed)."""
         return self._release() + self.builder.fail(message, code)
 
     def cancel(self) -> list[Event]:
-        """End the response `cancelled` (after `events()` was closed)."""
-        return self._release() + self.builder.cancel()
+        """End the response `cancelled`; one cancelled before it began starts first."""
+        begun = self.builder.started
+        start = [] if begun else self.builder.start()
+        return start + self._release() + self.builder.cancel()
 
-    def _release(self) -> list[Event]:
-        held, self._held = self._held, _HeldText()
-        if not held.text:
-            return []
-        segment = Segment(SegmentKind.TEXT, held.text, held.phase)
-        return self.builder.add(segment, tuple(held.logprobs))
+    def fail_instead(self, ending: list[Event], message: str, code: str) -> list[Event]:
+        """The ending not sent yet could not stand (it could not be stored)."""
+        return self.builder.fail_instead(ending, message, code)
 
-    def _settle(self, carry: _Carry, kind: SegmentKind | None) -> None:
-        if kind is SegmentKind.REASONING:
-            self._reasoning_tokens += carry.num_tokens
 
-    def _parse(self, chunk: EngineChunk) -> list[Segment]:
-        segments = self.parser.feed(chunk.text) if chunk.text else []
-        if chunk.finish is not None:
-            segments += self.parser.finish()
-        segments += chunk.segments
-        if self.parser.degraded > self._degraded:
-            self._degraded = self.parser.degraded
-            log.warning("model wrote call-like text that is not a valid call; sent as text")
-        return self._limit_calls(segments)
-
-    def _limit_calls(self, segments: list[Segment]) -> list[Segment]:
-        """`parallel_tool_calls: false`: nothing after the first complete call."""
-        if not self._single_call:
-            return segments
-        kept: list[Segment] = []
-        for seg in segments:
-            if self._calls_done:
-                break
-            kept.append(seg)
-            self._calls_done += seg.kind is SegmentKind.CALL_END
-        return kept
+def _sum(a: Usage, b: Usage) -> Usage:
+    return replace(
+        a,
+        input_tokens=a.input_tokens + b.input_tokens,
+        cached_tokens=a.cached_tokens + b.cached_tokens,
+        output_tokens=a.output_tokens + b.output_tokens,
+        reasoning_tokens=a.reasoning_tokens + b.reasoning_tokens,
+    )

@@ -3,12 +3,14 @@
 engine = ScriptedEngine(["Hel", "lo", "!"])             # three chunks, then stop
 engine = ScriptedEngine(["Hi"], finish=FinishReason.LENGTH)
 engine = ScriptedEngine(["Hi", ScriptedEngine.FAIL])     # an engine failure mid-stream
+engine = ScriptedEngine(lambda request: ["Done."] if request.after_tool_output else [CALL])
+                                                         # a script chosen per generation
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
 from oars.engines.base import ModelInfo, Opened
@@ -18,21 +20,26 @@ from oars.family import Family, Plan
 from oars.generation import EngineChunk, EngineRequest, FinishReason, TokenLogprob, Usage
 from oars.normalize import ResponseRequest
 from oars.service import ResponsesService
+from oars.turn import Turn
+
+Script = Sequence[object]
 
 
 @dataclass(frozen=True)
 class Prepared(Opened):
     prompt: str = ""
     prompt_tokens: tuple[int, ...] = ()
+    script: Script = ()
 
 
 @dataclass
 class ScriptedEngine:
-    """Replays fixed chunks of text. Each string is one chunk of one token."""
+    """Replays fixed chunks of text. Each string is one chunk of one token. `script` may be a
+    function of the engine request, for responses of several generations."""
 
     FAIL = object()
 
-    script: Sequence[object] = ("Hello", " world", "!")
+    script: Script | Callable[[EngineRequest], Script] = ("Hello", " world", "!")
     finish: FinishReason = FinishReason.STOP
     info: ModelInfo = field(default_factory=lambda: ModelInfo("scripted", context_length=4096))
     family: Family = field(default_factory=lambda: Family("hermes", guards=True))
@@ -56,7 +63,8 @@ class ScriptedEngine:
         parser = self.family.parser(
             plan.tools, in_reasoning=self.family.starts_in_reasoning(prompt)
         )
-        return Prepared(request, parser, prompt, tokens)
+        script = self.script(request) if callable(self.script) else self.script
+        return Prepared(request, parser, prompt, tokens, script)
 
     async def open(self, request: EngineRequest) -> Opened:
         return self.prepare(request)
@@ -69,7 +77,7 @@ class ScriptedEngine:
         prepared = opened
         limit = prepared.request.sampling.max_output_tokens
         produced = 0
-        for piece in self.script:
+        for piece in prepared.script:
             if self.delay:
                 await asyncio.sleep(self.delay)
             if piece is self.FAIL:
@@ -94,10 +102,13 @@ class ScriptedEngine:
 
 
 def run_to_end(service: ResponsesService, request: ResponseRequest) -> list[Event]:
-    """Every event of one run, without the HTTP layer (for tests and benchmarks)."""
+    """Every event of one response without history, without the HTTP layer (for tests and
+    benchmarks)."""
 
     async def collect() -> list[Event]:
-        run = await service.start(request)
-        return [event async for event in run.events()]
+        sealer = service.sealer
+        turn = Turn.of(request, sealer.unseal if sealer else None)
+        generation = await service.start(turn)
+        return [event async for event in generation.events()]
 
     return asyncio.run(collect())

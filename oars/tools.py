@@ -2,7 +2,8 @@
 
 Function tools are offered as they are; `custom` tools as a function with one string argument
 `input`; tools inside a `namespace` flattened under their own names (a call comes back with the
-namespace). Hosted tools (web search, MCP, …) cannot run here: accepted, never offered.
+namespace); an MCP server's tools as `label__name` (run here, see `oars.toolbox`). Other hosted
+tools (web search, file search, …) cannot run here: accepted, never offered.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from oars.errors import InvalidRequest
 from oars.input_pattern import Unsupported, input_pattern
+from oars.mcp.servers import echo as mcp_echo
 
 CUSTOM_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -34,10 +36,10 @@ class Tool:
     """A tool the model may call."""
 
     name: str
-    kind: str  # "function" | "custom"
+    kind: str  # "function" | "custom" | "mcp"
     description: str
     parameters: Mapping[str, Any]
-    namespace: str | None = None
+    namespace: str | None = None  # an MCP tool's: its server's label
     pattern: str | None = None  # custom tools: the regex the input must match, from its grammar
     offered_as: str = ""  # the name the model sees, when `name` alone is ambiguous
 
@@ -94,6 +96,15 @@ class ToolSet:
         if self.mode == "none":
             return frozenset()
         return frozenset(t.model_name for t in self.callable)
+
+
+NO_TOOLS = ToolSet((), (), "none")
+
+
+def mcp_tool_name(label: str, name: str) -> str:
+    """What the model calls an MCP server's tool: its server's label, two underscores, its
+    name. The same in every request, so a history renders alike whatever else is offered."""
+    return f"{label}__{name}"
 
 
 def _tool(raw: Mapping[str, Any], param: str, namespace: str | None) -> Tool | None:
@@ -260,6 +271,8 @@ def echo_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 def _echo(raw: Mapping[str, Any]) -> dict[str, Any]:
     kind = raw.get("type")
+    if kind == "mcp":
+        return mcp_echo(raw)
     if kind == "function":
         return {
             **raw,
@@ -285,10 +298,11 @@ def _named(tools: list[Tool], name: Any, param: str) -> Tool:
     return tool
 
 
-def resolve(tools: list[Tool], choice: Any) -> ToolSet:
-    """Apply `tool_choice` to the tools; 400 for a choice that names what cannot run here."""
+def resolve(tools: list[Tool], choice: Any, servers: bool = False) -> ToolSet:
+    """Apply `tool_choice` to the tools; 400 for a choice that names what cannot run here.
+    `servers`: MCP servers give the model tools too (listed when the response runs)."""
     offered = tuple(tools)
-    if choice == "required" and not offered:
+    if choice == "required" and not offered and not servers:
         raise InvalidRequest(
             "tool_choice 'required' needs at least one function or custom tool in 'tools'.",
             param="tool_choice",

@@ -8,6 +8,17 @@ Item lifecycle (written once, here):
     output_item.done (status completed, or incomplete for the item cut by max_output_tokens)
 
 Custom tool calls take `custom_tool_call_input.delta/.done` in place of the argument events.
+The items of an MCP server's tools, which this server runs, stream as OpenAI streams them:
+
+    mcp_list_tools: output_item.added (tools [])  → mcp_list_tools.in_progress
+                    → mcp_list_tools.completed | .failed → output_item.done (the tools | error)
+    mcp_call:       output_item.added (arguments "") → mcp_call.in_progress
+                    → mcp_call_arguments.delta (all of them, once the model wrote them) → .done
+                    … the call runs … → mcp_call.completed | .failed → output_item.done
+    mcp_approval_request: output_item.added → output_item.done
+
+A response may be several generations (a server-side tool's result goes back to the model):
+the builder goes on across them, so ids, `output_index` and `sequence_number` stay one sequence.
 
 Only this class assigns `output_index` (when an item opens), `content_index` (per item, from 0),
 `sequence_number` (through `_emit`) and ids. At most one item is open at a time. The snapshot in
@@ -87,10 +98,15 @@ class _Item:
     name: str = ""
     arguments: str = ""  # function: the JSON text; custom: the input
     namespace: str | None = None
-    field: StringField | None = None  # custom calls: decodes `input` out of the arguments
+    input_field: StringField | None = None  # custom calls: decodes `input` out of the arguments
     streamed: str = ""  # custom calls: the input sent in deltas so far
     phase: str = ""  # messages: commentary or final_answer, where the model family marks it
     encrypted: str | None = None  # reasoning: the sealed text, when asked for; compaction: always
+    server_label: str = ""  # MCP items
+    output: str | None = None  # mcp_call: the tool's result
+    error: dict[str, Any] | str | None = None  # mcp_call: an error object; mcp_list_tools: text
+    approval_request_id: str | None = None  # mcp_call: the approval it ran after
+    tools: list[dict[str, Any]] = field(default_factory=list)  # mcp_list_tools
 
     def wire(self) -> dict[str, Any]:
         return _ITEM_WIRE[self.type](self)
@@ -143,8 +159,35 @@ def _compaction_wire(item: _Item) -> dict[str, Any]:
     return {"id": item.id, "type": "compaction", "encrypted_content": item.encrypted}
 
 
+def _mcp_list_wire(item: _Item) -> dict[str, Any]:
+    return {"id": item.id, "type": "mcp_list_tools", "server_label": item.server_label,
+            "tools": item.tools, "error": item.error}  # fmt: skip
+
+
+def _mcp_call_wire(item: _Item) -> dict[str, Any]:
+    return {
+        "id": item.id,
+        "type": "mcp_call",
+        "status": item.status,
+        "server_label": item.server_label,
+        "name": item.name,
+        "arguments": item.streamed,
+        "output": item.output,
+        "error": item.error,
+        "approval_request_id": item.approval_request_id,
+    }
+
+
+def _approval_request_wire(item: _Item) -> dict[str, Any]:
+    return {"id": item.id, "type": "mcp_approval_request", "server_label": item.server_label,
+            "name": item.name, "arguments": item.arguments}  # fmt: skip
+
+
 _ITEM_WIRE: dict[str, Callable[[_Item], dict[str, Any]]] = {
     "compaction": _compaction_wire,
+    "mcp_list_tools": _mcp_list_wire,
+    "mcp_call": _mcp_call_wire,
+    "mcp_approval_request": _approval_request_wire,
     "message": _message_wire,
     "reasoning": _reasoning_wire,
     "function_call": _function_call_wire,
@@ -158,6 +201,9 @@ _SEGMENT_ITEM = {
 }
 # part type → prefix of its delta/done events
 _PART_EVENT = {"output_text": "response.output_text", "reasoning_text": "response.reasoning_text"}
+
+# Items a model writes as a call: one open at the end of a generation was cut short.
+_CALL_TYPES = ("function_call", "custom_tool_call", "mcp_call")
 
 # Why a response that stopped early is `incomplete` (its `incomplete_details.reason`).
 _INCOMPLETE_REASONS = {
@@ -212,10 +258,20 @@ class ResponseBuilder:
             ),
             "model": self._model,
             "output": [item.wire() for item in self._items],
-            "usage": _usage_wire(self._usage) if self._usage else None,
+            "usage": usage_wire(self._usage) if self._usage else None,
         }
         snapshot.update(self._echo)
         return snapshot
+
+    @property
+    def started(self) -> bool:
+        """`response.created` was made."""
+        return self._seq > 0
+
+    @property
+    def output(self) -> list[dict[str, Any]]:
+        """The output items so far (the open one as it is now)."""
+        return [item.wire() for item in self._items]
 
     # ---- events -------------------------------------------------------------------------
 
@@ -288,11 +344,7 @@ class ResponseBuilder:
         never `completed` (a client would run it), but `failed`, which clients may retry.
         """
         self._usage = usage
-        call = (
-            self._open
-            if self._is_open("function_call") or self._is_open("custom_tool_call")
-            else None
-        )
+        call = self._open if self._open is not None and self._open.type in _CALL_TYPES else None
         if call is not None and reason in (FinishReason.STOP, FinishReason.TOOL_CALLS):
             return self.fail(
                 f"The model stopped inside its call to '{call.name}': the call's "
@@ -395,7 +447,7 @@ class ResponseBuilder:
             call_id=new_id("call"),
             name=tool.name if tool is not None else segment.name,
             namespace=tool.namespace if tool is not None else None,
-            field=StringField("input") if custom else None,
+            input_field=StringField("input") if custom else None,
         )
         return events
 
@@ -408,8 +460,8 @@ class ResponseBuilder:
         ):
             return []
         item.arguments += segment.text
-        if item.field is not None:
-            return self._input_delta(item, item.field.feed(segment.text))
+        if item.input_field is not None:
+            return self._input_delta(item, item.input_field.feed(segment.text))
         return [
             self._emit(
                 "response.function_call_arguments.delta",
@@ -459,12 +511,88 @@ class ResponseBuilder:
         )
         return events
 
+    # ---- MCP servers' tools (run by this server) -------------------------------------------
+
+    def _at(self, item: _Item) -> dict[str, Any]:
+        return {"item_id": item.id, "output_index": item.output_index}
+
+    def list_tools(self, label: str) -> list[Event]:
+        """A server's tools are being listed: the item opens with no tools yet."""
+        item, events = self._add_item(type="mcp_list_tools", id=new_id("mcpl"), server_label=label)
+        events.append(self._emit("response.mcp_list_tools.in_progress", **self._at(item)))
+        return events
+
+    def tools_listed(self, tools: list[dict[str, Any]]) -> list[Event]:
+        item = self._open_of("mcp_list_tools")
+        item.tools = tools
+        events = [self._emit("response.mcp_list_tools.completed", **self._at(item))]
+        return events + self._close("completed")
+
+    def tools_not_listed(self, error: str) -> list[Event]:
+        item = self._open_of("mcp_list_tools")
+        item.error = error
+        events = [self._emit("response.mcp_list_tools.failed", **self._at(item))]
+        return events + self._close("failed")
+
+    def mcp_call(
+        self, label: str, name: str, arguments: str, approval_request_id: str | None = None
+    ) -> list[Event]:
+        """A call the model wrote (or the client approved): its arguments at once; the item
+        stays open while the call runs."""
+        item, events = self._add_item(
+            type="mcp_call",
+            id=new_id("mcp"),
+            server_label=label,
+            name=name,
+            arguments=arguments,
+            approval_request_id=approval_request_id,
+        )
+        events.append(self._emit("response.mcp_call.in_progress", **self._at(item)))
+        item.streamed = arguments
+        if arguments:
+            events.append(
+                self._emit("response.mcp_call_arguments.delta", **self._at(item), delta=arguments)
+            )
+        events.append(
+            self._emit("response.mcp_call_arguments.done", **self._at(item), arguments=arguments)
+        )
+        return events
+
+    def mcp_call_done(self, output: str | None, error: dict[str, Any] | None) -> list[Event]:
+        """The open call ran: its output, or its error."""
+        item = self._open_of("mcp_call")
+        item.output, item.error = (None, error) if error is not None else (output, None)
+        outcome = "failed" if error is not None else "completed"
+        events = [self._emit(f"response.mcp_call.{outcome}", **self._at(item))]
+        return events + self._close(outcome)
+
+    def approval_request(self, label: str, name: str, arguments: str) -> list[Event]:
+        """A call that waits for the client's approval: the item, added and done at once."""
+        _, events = self._add_item(
+            type="mcp_approval_request",
+            id=new_id("mcpr"),
+            server_label=label,
+            name=name,
+            arguments=arguments,
+        )
+        return events + self._close("completed")
+
+    def _open_of(self, item_type: str) -> _Item:
+        item = self._open
+        assert item is not None and item.type == item_type, f"no open {item_type}"
+        return item
+
     def _close(self, status: str) -> list[Event]:
         item, self._open = self._open, None
         self._pending_space = []
         if item is None:
             return []
-        events = self._close_call(item) if not item.parts else self._close_part(item)
+        if item.parts:
+            events = self._close_part(item)
+        elif item.type in ("function_call", "custom_tool_call"):
+            events = self._close_call(item)
+        else:
+            events = []  # MCP items close themselves (see the MCP section)
         item.status = status
         if item.type == "reasoning" and self._seal is not None:
             item.encrypted = self._seal("".join(p.text for p in item.parts))
@@ -524,7 +652,7 @@ _CALL_STEPS: dict[SegmentKind, Callable[[ResponseBuilder, Segment], list[Event]]
 }
 
 
-def _usage_wire(usage: Usage) -> dict[str, Any]:
+def usage_wire(usage: Usage) -> dict[str, Any]:
     return {
         "input_tokens": usage.input_tokens,
         "input_tokens_details": {"cached_tokens": usage.cached_tokens, "cache_write_tokens": 0},

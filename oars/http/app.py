@@ -57,7 +57,7 @@ async def health(request: Request) -> Response:
         model=service.default_model,
         busy=any(busy.values()),
         models=busy,
-        running=len(oars.runs.active),
+        running=oars.running,
     )
     return JSON(body.model_dump())
 
@@ -359,7 +359,7 @@ def create_app(
         Exception: _server_error,
     }
     app = Starlette(routes=[*ROUTES, *SOCKETS], exception_handlers=handlers, lifespan=lifespan)  # type: ignore[arg-type]
-    app.state.oars = Shared(service, runs, store, int(time.time()), metrics, limits)
+    app.state.oars = Shared(service, int(time.time()), metrics, limits, runs)
     if api_keys:
         app.add_middleware(Auth, keys=api_keys, public=frozenset(public) | _PAGES)
     app.add_middleware(Observed, metrics=metrics)

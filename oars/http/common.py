@@ -13,10 +13,11 @@ from starlette.responses import JSONResponse
 from oars.errors import InvalidRequest, NotFound, RequestTimeout, TooLarge
 from oars.ids import is_id
 from oars.metrics import Metrics
-from oars.runs import Runs
+from oars.normalize import ResponseRequest, normalize
+from oars.runs import Runs, Tenant
 from oars.service import ResponsesService
 from oars.store import Page, Store
-from oars.store.tenant import scoped
+from oars.turn import Turn
 
 
 @dataclass(frozen=True)
@@ -35,14 +36,26 @@ DEFAULT_LIMITS = Limits()
 
 @dataclass
 class Shared:
-    """What every handler may use."""
+    """What every handler may use. Runs and stored state only as one tenant sees them
+    (`view`): a handler cannot reach another API key's."""
 
     service: ResponsesService
-    runs: Runs
-    store: Store | None
     started: int
     metrics: Metrics
-    limits: Limits = DEFAULT_LIMITS
+    limits: Limits
+    _runs: Runs
+
+    def tenant(self, tenant: str) -> Tenant:
+        return self._runs.of(tenant)
+
+    @property
+    def keeps(self) -> bool:
+        """Responses are stored (`store` defaults to true)."""
+        return self._runs.store is not None
+
+    @property
+    def running(self) -> int:
+        return len(self._runs.active)
 
 
 class JSON(JSONResponse):
@@ -74,12 +87,38 @@ def tenant_of(request: Request) -> str:
     return str(request.scope.get("state", {}).get("tenant", ""))
 
 
+def create_request(oars: Shared, body: Any) -> ResponseRequest:
+    """A create body, validated for this server (the HTTP and WebSocket transports both start
+    here)."""
+    service = oars.service
+    return normalize(
+        body,
+        served_model=service.default_model,
+        default_temperature=service.default_temperature,
+        max_output_tokens=oars.limits.max_output_tokens,
+        can_store=oars.keeps,
+        unseal=service.sealer.unseal if service.sealer else None,
+        mcp_servers=service.toolboxes.config.labels if service.toolboxes else frozenset(),
+    )
+
+
+async def open_turn(oars: Shared, request: ResponseRequest, store: Store | None) -> Turn:
+    """A request's turn, outside a run (to count its tokens)."""
+    sealer = oars.service.sealer
+    return await Turn.open(request, store, sealer.unseal if sealer else None)
+
+
+def view(request: Request) -> Tenant:
+    """The runs and the store as the request's tenant sees them."""
+    return shared(request).tenant(tenant_of(request))
+
+
 def store_of(request: Request) -> Store:
     """The store as the request's tenant sees it."""
-    store = shared(request).store
+    store = view(request).store
     if store is None:
         raise NotFound("This server keeps no stored state (it runs without a store).")
-    return scoped(store, tenant_of(request))
+    return store
 
 
 def error(

@@ -1,4 +1,5 @@
-"""`/v1/responses` and its stored-state routes: every handler reads a run, none owns one."""
+"""`/v1/responses` and its stored-state routes: every handler reads a run; a streamed one that
+is not in the background stops its run when its client goes away."""
 
 from __future__ import annotations
 
@@ -7,39 +8,32 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from oars import compactor
-from oars.errors import InvalidRequest, NotFound, StoreUnavailable
+from oars.errors import EngineError, InvalidRequest, NotFound, StoreUnavailable
 from oars.events import Event
-from oars.history import items_of, resolve
 from oars.http.common import (
     JSON,
-    Shared,
+    create_request,
     list_page,
+    open_turn,
     page_wire,
     path_id,
     query_int,
     read_json,
     shared,
     store_of,
-    tenant_of,
+    view,
 )
 from oars.http.sse import encode_stream
 from oars.ids import new_id
-from oars.normalize import (
-    ENCRYPTED_REASONING,
-    INCLUDABLE,
-    ResponseRequest,
-    normalize,
-    normalize_compact,
-)
+from oars.normalize import ENCRYPTED_REASONING, INCLUDABLE, normalize_compact
 from oars.runs import RunHandle
-from oars.store.tenant import scoped
+from oars.turn import items_of
 
 log = logging.getLogger("oars.http")
 
@@ -52,41 +46,9 @@ def _sse(events: AsyncIterator[Event]) -> StreamingResponse:
     )
 
 
-async def _request(request: Request) -> ResponseRequest:
-    return prepare(shared(request), await read_json(request), tenant_of(request))
-
-
-def prepare(oars: Shared, body: Any, tenant: str) -> ResponseRequest:
-    """A create body, validated for this server and this tenant (the HTTP and WebSocket
-    transports both start here)."""
-    service = oars.service
-    req = normalize(
-        body,
-        served_model=service.default_model,
-        default_temperature=service.default_temperature,
-        can_store=oars.store is not None,
-        unseal=service.sealer.unseal if service.sealer else None,
-    )
-    return _capped(replace(req, tenant=tenant), oars.limits.max_output_tokens)
-
-
-def _capped(req: ResponseRequest, cap: int | None) -> ResponseRequest:
-    """The server's cap on output tokens: asking for more is a 400; asking for none gets it."""
-    asked = req.engine.sampling.max_output_tokens
-    if cap is None or (asked is not None and asked <= cap):
-        return req
-    if asked is not None:
-        raise InvalidRequest(
-            f"Invalid 'max_output_tokens': {asked} is more than this server allows ({cap}).",
-            param="max_output_tokens",
-        )
-    sampling = replace(req.engine.sampling, max_output_tokens=cap)
-    return replace(req, engine=replace(req.engine, sampling=sampling))
-
-
 async def create(request: Request) -> Response:
-    req = await _request(request)
-    handle = await shared(request).runs.submit(req)
+    req = create_request(shared(request), await read_json(request))
+    handle = await view(request).submit(req)
     if req.stream:
         return _sse(_read(handle, owns=not req.background))
     if req.background:
@@ -97,8 +59,7 @@ async def create(request: Request) -> Response:
     if handle.unkept:
         raise StoreUnavailable(response["error"]["message"])
     if response["status"] == "failed":
-        body = {"error": {**response["error"], "type": "server_error", "param": None}}
-        return JSON(body, status_code=500)
+        raise handle.generation.error or EngineError(response["error"]["message"])
     return JSON(response)
 
 
@@ -165,8 +126,8 @@ def _with_encrypted_reasoning(request: Request, snapshot: dict[str, Any]) -> dic
 async def retrieve(request: Request) -> Response:
     response_id = path_id(request, "response_id")
     include = _include(request)
-    runs = shared(request).runs
-    stored = await runs.get(response_id, tenant_of(request))
+    tenant = view(request)
+    stored = await tenant.get(response_id)
     stream = request.query_params.get("stream", "false").lower()
     if stream not in ("true", "false"):
         raise InvalidRequest("Invalid 'stream': expected true or false.", param="stream")
@@ -181,27 +142,19 @@ async def retrieve(request: Request) -> Response:
             param="stream",
         )
     after = query_int(request, "starting_after", -1, -1, 2**31 - 1)
-    return _sse(runs.follow(response_id, after))
+    return _sse(tenant.follow(response_id, after))
 
 
 async def delete(request: Request) -> Response:
     response_id = path_id(request, "response_id")
-    store = store_of(request)
-    handle = shared(request).runs.active.get(response_id)
-    if handle is not None and handle.request.store and handle.request.tenant == tenant_of(request):
-        handle.cancel()
-        await handle.result()
-    if not await store.delete(response_id):
-        raise NotFound(f"Response with id '{response_id}' not found.", param="response_id")
+    store_of(request)
+    await view(request).delete(response_id)
     return JSON({"id": response_id, "object": "response", "deleted": True})
 
 
 async def cancel(request: Request) -> Response:
     store_of(request)
-    snapshot = await shared(request).runs.cancel(
-        path_id(request, "response_id"), tenant_of(request)
-    )
-    return JSON(snapshot)
+    return JSON(await view(request).cancel(path_id(request, "response_id")))
 
 
 async def input_items(request: Request) -> Response:
@@ -219,8 +172,7 @@ async def compact(request: Request) -> Response:
     req = normalize_compact(
         await read_json(request), unseal=service.sealer.unseal if service.sealer else None
     )
-    store = scoped(oars.store, tenant_of(request)) if oars.store else None
-    items = await items_of(req.previous_response_id, req.input_items, store)
+    items = await items_of(req.previous_response_id, req.input_items, view(request).store)
     compacted = await compactor.compact(service, req.model, items)
     oars.metrics.compacted(req.model, "endpoint")
     body = {
@@ -235,8 +187,8 @@ async def compact(request: Request) -> Response:
 
 async def input_tokens(request: Request) -> Response:
     oars = shared(request)
-    req = await _request(request)
-    history = await resolve(req, scoped(oars.store, req.tenant) if oars.store else None)
-    count = await oars.service.count_tokens(history.request)
+    req = create_request(oars, await read_json(request))
+    turn = await open_turn(oars, req, view(request).store)
+    count = await oars.service.count_tokens(req.model, turn.engine_request())
     body: dict[str, Any] = {"object": "response.input_tokens", "input_tokens": count}
     return JSON(body)

@@ -23,8 +23,7 @@ from typing import Any
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from oars.errors import ClientError, EngineError, InvalidRequest, StoreUnavailable
-from oars.http.common import Shared, parse_json
-from oars.http.responses import prepare
+from oars.http.common import Shared, create_request, parse_json
 from oars.runs import RunHandle
 from oars.store import Json
 
@@ -84,9 +83,9 @@ class _Socket:
         try:
             body = _create_body(frame)
             previous = body.get("previous_response_id") if isinstance(body, dict) else None
-            req = prepare(self.oars, body, self.tenant)
+            req = create_request(self.oars, body)
             known = self.last[1] if self.last and self.last[0] == previous else None
-            handle = await self.oars.runs.submit(req, known)
+            handle = await self.oars.tenant(self.tenant).submit(req, known)
         except (ClientError, EngineError, StoreUnavailable) as exc:
             await self._error(previous, exc.status, exc.body())
             return
@@ -128,7 +127,7 @@ class _Socket:
         forgets the response it continued."""
         snapshot = handle.snapshot
         if snapshot["status"] in ("completed", "incomplete"):
-            self.last = (handle.id, (*handle.history.stored_input, *snapshot["output"]))
+            self.last = (handle.id, (*handle.turn.stored_input, *snapshot["output"]))
         else:
             self._forget(previous)
 

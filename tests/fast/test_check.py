@@ -51,10 +51,10 @@ def _transport(breaker: Callable[[list[Event]], list[Event]]) -> httpx.MockTrans
 
 def _app_error(body: dict[str, Any]) -> httpx.Response | None:
     from oars.errors import ClientError
-    from oars.history import resolve
+    from oars.turn import Turn
 
     try:
-        asyncio.run(resolve(normalize(body, served_model="m"), None))
+        asyncio.run(Turn.open(normalize(body, served_model="m"), None))
     except ClientError as exc:
         return httpx.Response(exc.status, json=exc.body())
     return None

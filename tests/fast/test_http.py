@@ -339,7 +339,7 @@ def test_hosted_tools_are_accepted_and_not_offered() -> None:
     engine = ScriptedEngine()
     tools: list[dict[str, Any]] = [
         {"type": "web_search"},
-        {"type": "mcp", "server_label": "x"},
+        {"type": "file_search", "vector_store_ids": ["vs_1"]},
         WEATHER,
         {"type": "tool_search", "execution": "client"},
     ]
@@ -348,6 +348,13 @@ def test_hosted_tools_are_accepted_and_not_offered() -> None:
     assert _offered(engine) == ["get_weather"]
     assert [t["type"] for t in r.json()["tools"]] == [t["type"] for t in tools]
     assert r.json()["tools"][:2] == tools[:2]
+
+
+def test_an_mcp_tool_needs_a_url_or_a_server_the_operator_configured() -> None:
+    tools: list[dict[str, Any]] = [WEATHER, {"type": "mcp", "server_label": "x"}]
+    r = _post({"model": "m", "input": "x", "tools": tools}, ScriptedEngine())
+    assert r.status_code == 400
+    assert r.json()["error"]["param"] == "tools[1].server_url"
 
 
 def test_tool_choice_none_offers_nothing_and_parses_no_call() -> None:

@@ -199,12 +199,12 @@ def test_closing_the_socket_stops_its_generation() -> None:
             ws.send_text(json.dumps(_create(input="go")))
             while json.loads(ws.receive_text())["type"] != "response.output_text.delta":
                 pass
-        runs = _shared(client).runs
+        shared = _shared(client)
         for _ in range(200):
-            if not runs.active:
+            if not shared.running:
                 break
             time.sleep(0.01)
-        assert not runs.active
+        assert not shared.running
         assert engine.produced < 100, engine.produced
 
 

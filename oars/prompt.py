@@ -1,0 +1,343 @@
+"""Items → the chat messages a model's template renders: the one renderer (the turn calls it).
+
+Messages in every role (`developer` is `system`), replayed calls and their outputs (arguments as
+objects), reasoning (its text, or its sealed `encrypted_content`, goes with the next assistant
+turn), compaction items (the items they cover are left out, and their summary is the first
+message after the instructions), and the MCP items: an `mcp_call` is the call and its result, a
+declined approval is the call and the refusal. Listings and unanswered approval requests say
+nothing to the model. Other items of the SDK's union carry nothing a template can render.
+
+A malformed item is a 400 naming it (`input[i]…`): the turn tells which items came from this
+request's input and where they were in it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from oars.compaction import COMPACTION_TYPES, SUMMARY_PREFIX, Sealed, place
+from oars.errors import InvalidRequest
+from oars.generation import ChatMessage
+from oars.ids import is_id
+from oars.tools import mcp_tool_name
+
+Json = Mapping[str, Any]
+Unseal = Callable[[str], str]  # sealed text → the text; raises ValueError if altered
+
+_ROLES = ("user", "assistant", "system", "developer")
+_TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
+DECLINED = "The user declined this call, so it was not run."
+
+
+def _fail(message: str, param: str, code: str = "invalid_value") -> InvalidRequest:
+    return InvalidRequest(message, param=param, code=code)
+
+
+@dataclass(frozen=True)
+class Context:
+    """What rendering one list of items needs besides the items."""
+
+    unseal: Unseal | None = None
+    params: Callable[[int], str] = lambda i: f"input[{i}]"
+
+
+def render(
+    items: Sequence[Json], instructions: str | None = None, context: Context | None = None
+) -> list[ChatMessage]:
+    """The messages for `items`, `instructions` first (with any leading system messages)."""
+    return _with_system(_items(items, context or Context()), instructions)
+
+
+def check(raw: Any, unseal: Unseal | None = None, param: str = "input") -> bool:
+    """400 naming the first malformed item (`param[i]…`); whether anything in `raw` renders
+    as a message. `raw`: a string, or a list of objects with a string `type`."""
+    if isinstance(raw, str):
+        return True
+    context = Context(unseal, params=lambda i: f"{param}[{i}]")
+    return bool(_items(raw, context))
+
+
+# ---- content ------------------------------------------------------------------------------------
+
+
+def content_text(content: Any, param: str) -> str:
+    """Message content (a string or a list of parts) → the text the template gets."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise _fail(f"Invalid '{param}': expected a string or an array of content parts.", param)
+    texts: list[str] = []
+    for i, part in enumerate(content):
+        p = f"{param}[{i}]"
+        if not isinstance(part, dict):
+            raise _fail(f"Invalid '{p}': expected a content part object.", p)
+        kind = part.get("type")
+        if kind in _TEXT_PARTS:
+            texts.append(_text_field(part, "text", p))
+        elif kind == "refusal":
+            texts.append(_text_field(part, "refusal", p))
+        elif kind in ("input_image", "input_file", "input_audio"):
+            raise _fail(
+                f"Invalid '{p}': this model takes text only; '{kind}' is not supported.",
+                p,
+                "unsupported_content",
+            )
+        else:
+            raise _fail(f"Invalid '{p}.type': unknown content part type {kind!r}.", f"{p}.type")
+    return "\n".join(texts)
+
+
+def _text_field(obj: Json, key: str, param: str) -> str:
+    value = obj.get(key)
+    if not isinstance(value, str):
+        raise _fail(f"Invalid '{param}.{key}': expected a string.", f"{param}.{key}")
+    return value
+
+
+def _arguments(text: str) -> Any:
+    try:
+        return json.loads(text) if text.strip() else {}
+    except json.JSONDecodeError:
+        return text  # templates get what the model wrote; never fail a replay on it
+
+
+def _call(call_id: Any, name: str, arguments: Any) -> ChatMessage:
+    call = {"type": "function", "id": call_id, "function": {"name": name, "arguments": arguments}}
+    return ChatMessage(role="assistant", content="", tool_calls=(call,))
+
+
+# ---- one item each ------------------------------------------------------------------------------
+
+
+def _message(item: Json, param: str, ctx: Context) -> list[ChatMessage]:
+    role = item.get("role")
+    if role not in _ROLES:
+        raise _fail(
+            f"Invalid '{param}.role': expected one of {', '.join(_ROLES)}, got {role!r}.",
+            f"{param}.role",
+        )
+    if "content" not in item:
+        raise _fail(
+            f"Missing required parameter: '{param}.content'.",
+            f"{param}.content",
+            "missing_required_parameter",
+        )
+    text = content_text(item["content"], f"{param}.content")
+    return [ChatMessage(role="system" if role == "developer" else role, content=text)]
+
+
+def _function_call(item: Json, param: str, ctx: Context) -> list[ChatMessage]:
+    name = _text_field(item, "name", param)
+    arguments = _arguments(_text_field(item, "arguments", param))
+    return [_call(item.get("call_id"), name, arguments)]
+
+
+def _custom_tool_call(item: Json, param: str, ctx: Context) -> list[ChatMessage]:
+    name = _text_field(item, "name", param)
+    return [_call(item.get("call_id"), name, {"input": _text_field(item, "input", param)})]
+
+
+def _tool_output(item: Json, param: str, ctx: Context) -> list[ChatMessage]:
+    output = item.get("output")
+    text = output if isinstance(output, str) else content_text(output, f"{param}.output")
+    return [ChatMessage(role="tool", content=text, tool_call_id=item.get("call_id"))]
+
+
+def _mcp_fields(item: Json, param: str, *keys: str) -> list[str]:
+    return [_text_field(item, key, param) for key in keys]
+
+
+def _mcp_call(item: Json, param: str, ctx: Context) -> list[ChatMessage]:
+    label, name, arguments = _mcp_fields(item, param, "server_label", "name", "arguments")
+    output, error = item.get("output"), item.get("error")
+    if isinstance(output, str) and error is None:
+        result = output
+    elif error is not None:
+        result = f"Error: {error_text(error)}"
+    else:
+        result = "The call did not finish."
+    call_id = item.get("id")
+    return [
+        _call(call_id, mcp_tool_name(label, name), _arguments(arguments)),
+        ChatMessage(role="tool", content=result, tool_call_id=call_id),
+    ]
+
+
+def error_text(error: Any) -> str:
+    """An `mcp_call`'s error as the model reads it."""
+    if isinstance(error, str):
+        return error
+    if not isinstance(error, dict):
+        return json.dumps(error)
+    if isinstance(error.get("message"), str):
+        return str(error["message"])
+    content = error.get("content")
+    if isinstance(content, list):
+        texts = [str(b.get("text")) for b in content if isinstance(b, dict) and "text" in b]
+        if texts:
+            return "\n".join(texts)
+    return json.dumps(error)
+
+
+def _mcp_check(*keys: str) -> Callable[[Json, str, Context], list[ChatMessage]]:
+    """An MCP item that says nothing to the model by itself: checked, not rendered."""
+
+    def check(item: Json, param: str, ctx: Context) -> list[ChatMessage]:
+        _mcp_fields(item, param, *keys)
+        return []
+
+    return check
+
+
+def _mcp_list_tools(item: Json, param: str, ctx: Context) -> list[ChatMessage]:
+    _text_field(item, "server_label", param)
+    tools = item.get("tools")
+    if not isinstance(tools, list) or not all(
+        isinstance(t, dict) and isinstance(t.get("name"), str) for t in tools
+    ):
+        raise _fail(f"Invalid '{param}.tools': expected a list of tools.", f"{param}.tools")
+    return []
+
+
+def _approval_response(item: Json, param: str, ctx: Context) -> list[ChatMessage]:
+    if not is_id(item.get("approval_request_id")):
+        raise _fail(
+            f"Invalid '{param}.approval_request_id': expected an id.",
+            f"{param}.approval_request_id",
+        )
+    if not isinstance(item.get("approve"), bool):
+        raise _fail(f"Invalid '{param}.approve': expected a boolean.", f"{param}.approve")
+    reason = item.get("reason")
+    if reason is not None and not isinstance(reason, str):
+        raise _fail(f"Invalid '{param}.reason': expected a string.", f"{param}.reason")
+    return []
+
+
+def _declined(request: Json, response: Json, ctx: Context) -> list[ChatMessage]:
+    """A call the user declined: the model sees it made the call, and the refusal."""
+    reason = response.get("reason")
+    text = DECLINED + (f" Their reason: {reason}" if reason else "")
+    call_id = request.get("id")
+    name = mcp_tool_name(str(request.get("server_label")), str(request.get("name")))
+    return [
+        _call(call_id, name, _arguments(str(request.get("arguments", "")))),
+        ChatMessage(role="tool", content=text, tool_call_id=call_id),
+    ]
+
+
+_ITEM_HANDLERS: dict[str, Callable[[Json, str, Context], list[ChatMessage]]] = {
+    "message": _message,
+    "function_call": _function_call,
+    "function_call_output": _tool_output,
+    "custom_tool_call": _custom_tool_call,
+    "custom_tool_call_output": _tool_output,
+    "mcp_call": _mcp_call,
+    "mcp_list_tools": _mcp_list_tools,
+    "mcp_approval_request": _mcp_check("server_label", "name", "arguments"),
+    "mcp_approval_response": _approval_response,
+}
+
+
+# ---- the list -----------------------------------------------------------------------------------
+
+
+def _items(raw: Sequence[Json], ctx: Context) -> list[ChatMessage]:
+    placement = place(raw, _compactions(raw, ctx))
+    requests: dict[str, Json] = {}
+    messages: list[ChatMessage] = []
+    reasoning = ""  # goes with the next assistant turn
+    for i, item in enumerate(raw):
+        if i in placement.hidden:
+            continue
+        param, kind = ctx.params(i), item.get("type", "message")
+        found: list[ChatMessage] = []
+        handler = _ITEM_HANDLERS.get(kind)
+        if handler is not None:
+            found = handler(item, param, ctx)
+        elif kind == "item_reference" and not is_id(item.get("id")):
+            raise _fail(f"Invalid '{param}.id': expected an item id.", f"{param}.id")
+        elif kind == "reasoning":
+            reasoning += _reasoning_text(item, param, ctx.unseal)
+        if kind == "mcp_approval_request":
+            requests[str(item.get("id"))] = item
+        elif kind == "mcp_approval_response" and item.get("approve") is False:
+            request = requests.get(str(item["approval_request_id"]))
+            found = _declined(request, item, ctx) if request is not None else []
+        for message in found:
+            if reasoning and message.role == "assistant":
+                message, reasoning = replace(message, reasoning=reasoning), ""
+            messages.append(message)
+    if placement.summaries:  # what came before all that is left: first, after the instructions
+        summaries = [placement.summaries[i] for i in sorted(placement.summaries)]
+        at = next((i for i, m in enumerate(messages) if m.role != "system"), len(messages))
+        messages.insert(at, ChatMessage("user", SUMMARY_PREFIX + "\n\n".join(summaries)))
+    return _merge_calls(messages)
+
+
+def _compactions(raw: Sequence[Json], ctx: Context) -> dict[int, Sealed]:
+    """The compaction items' contents by position; 400 for one not sealed by this server."""
+    opened: dict[int, Sealed] = {}
+    for i, item in enumerate(raw):
+        if item.get("type") in COMPACTION_TYPES:
+            try:
+                opened[i] = Sealed.open(item.get("encrypted_content"), ctx.unseal)
+            except ValueError as exc:
+                param = f"{ctx.params(i)}.encrypted_content"
+                raise _fail(
+                    f"Invalid '{param}': it is not a compaction made by this server, or it was "
+                    "altered.",
+                    param,
+                    "invalid_encrypted_content",
+                ) from exc
+    return opened
+
+
+def _reasoning_text(item: Json, param: str, unseal: Unseal | None) -> str:
+    """A reasoning item's text: its `encrypted_content` (which must be ours and intact), or
+    its `reasoning_text` parts."""
+    sealed = item.get("encrypted_content")
+    if isinstance(sealed, str) and sealed and unseal is not None:
+        try:
+            return unseal(sealed)
+        except ValueError as exc:
+            raise _fail(
+                f"Invalid '{param}.encrypted_content': it was not made by this server or was "
+                "altered.",
+                f"{param}.encrypted_content",
+                "invalid_encrypted_content",
+            ) from exc
+    content = item.get("content")
+    parts = content if isinstance(content, list) else []
+    return "".join(
+        p["text"]
+        for p in parts
+        if isinstance(p, dict)
+        and p.get("type") == "reasoning_text"
+        and isinstance(p.get("text"), str)
+    )
+
+
+def _merge_calls(messages: list[ChatMessage]) -> list[ChatMessage]:
+    """Consecutive calls of one assistant turn become one message with several tool_calls."""
+    out: list[ChatMessage] = []
+    for msg in messages:
+        prev = out[-1] if out else None
+        if msg.tool_calls and prev is not None and prev.role == "assistant" and prev.tool_calls:
+            out[-1] = ChatMessage("assistant", prev.content, prev.tool_calls + msg.tool_calls)
+        elif msg.tool_calls and prev is not None and prev.role == "assistant" and not prev.content:
+            out[-1] = ChatMessage("assistant", prev.content, msg.tool_calls)
+        else:
+            out.append(msg)
+    return out
+
+
+def _with_system(messages: list[ChatMessage], instructions: str | None) -> list[ChatMessage]:
+    """Leading system/developer messages and `instructions` become one system message."""
+    head: list[str] = [instructions] if instructions else []
+    rest = list(messages)
+    while rest and rest[0].role == "system":
+        head.append(rest.pop(0).content)
+    return ([ChatMessage("system", "\n\n".join(head))] if head else []) + rest

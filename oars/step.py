@@ -1,0 +1,236 @@
+"""One generation of an engine inside a response: chunks → parsed segments → builder events.
+
+A response is one step, or several when server-side tools run (see `oars.service`). The step
+attributes tokens and logprobs to the segments their text became, holds back answer text whose
+tokens are not all out yet, and keeps only the first call under `parallel_tool_calls: false`.
+A call to a server-side tool is taken out of the stream whole: once the model has written it,
+the step hands it over (`ServerCall`) and goes on only when it has run, so the output stays in
+the order the model wrote it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+from oars.engines import Engine, Opened
+from oars.errors import EngineError
+from oars.events import Event, ResponseBuilder
+from oars.generation import EngineChunk, FinishReason, TokenLogprob, Usage
+from oars.metrics import TokenClock
+from oars.parsing import Segment, SegmentKind
+from oars.tools import Tool
+
+log = logging.getLogger("oars.service")
+
+
+@dataclass(frozen=True)
+class ServerCall:
+    """A call the model wrote to a tool this server runs."""
+
+    tool: Tool
+    arguments: str
+
+
+class ServerTools(Protocol):
+    """What a step needs of the response's server-side tools."""
+
+    def tool(self, model_name: str) -> Tool | None:
+        """The server-side tool the model calls by this name, if it is one."""
+        ...
+
+    def run(self, builder: ResponseBuilder, call: ServerCall) -> AsyncIterator[Event]:
+        """Run a call (or ask for its approval): its item's events."""
+        ...
+
+
+@dataclass
+class _Carry:
+    """Tokens not yet attributed to a segment (their text may still be held by a parser)."""
+
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    num_tokens: int = 0
+
+
+@dataclass
+class _HeldText:
+    """Answer text whose tokens are not all out yet: a parser holds part of one token back
+    (a `<` that may open a tag), so a delta with logprobs waits until text and tokens agree."""
+
+    text: str = ""
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    phase: str = ""
+
+    def add(self, text: str, logprobs: tuple[TokenLogprob, ...]) -> bool:
+        """True when the text so far is what its tokens spell (or never will be)."""
+        self.text += text
+        self.logprobs.extend(logprobs)
+        spelled = "".join(lp.token for lp in self.logprobs)
+        return spelled == self.text or not spelled.startswith(self.text)
+
+
+@dataclass
+class _Pending:
+    """A server-side call the model is writing."""
+
+    tool: Tool
+    arguments: str = ""
+
+
+class Step:
+    """One engine generation, read into the response's builder."""
+
+    def __init__(
+        self,
+        opened: Opened,
+        builder: ResponseBuilder,
+        *,
+        include_logprobs: bool = False,
+        single_call: bool = False,
+        tools: ServerTools | None = None,
+    ) -> None:
+        self.opened, self.builder, self.tools = opened, builder, tools
+        self.parser = opened.parser
+        self.finish: FinishReason | None = None
+        self.usage = Usage()
+        self.client_calls = 0  # calls the client runs
+        self.server_calls = 0  # calls this server ran (or asked approval for)
+        self._single_call = single_call
+        self._calls_done = 0
+        self._degraded = 0
+        self._carry = _Carry()
+        self._reasoning_tokens = 0
+        self._last_kind: SegmentKind | None = None  # of the last segment sent to the builder
+        self._with_logprobs = include_logprobs
+        self._held = _HeldText()
+        self._pending: _Pending | None = None
+
+    async def run(self, engine: Engine, clock: TokenClock | None = None) -> AsyncIterator[Event]:
+        """The step's events, up to its last chunk; `clock` is told of the tokens as they come.
+        An engine that ends without a last chunk is an `EngineError`."""
+        finish: EngineChunk | None = None
+        async for chunk in engine.generate(self.opened):
+            if clock is not None:
+                clock.tokens(chunk.num_tokens)
+            for out in self._apply(chunk):
+                if isinstance(out, ServerCall):
+                    assert self.tools is not None
+                    self.server_calls += 1
+                    async for event in self.tools.run(self.builder, out):
+                        yield event
+                else:
+                    yield out
+            if chunk.finish is not None:
+                finish = chunk
+        if finish is None or finish.finish is None:
+            raise EngineError("the engine stopped without finishing")
+        for event in self._cut_call():
+            yield event
+        usage = finish.usage or Usage()
+        if not usage.reasoning_tokens:  # unless the engine counted them itself
+            usage = replace(usage, reasoning_tokens=self._reasoning_tokens)
+        self.finish, self.usage = finish.finish, usage
+        log.debug("%s output: %s", self.builder.id, self.builder.output)
+
+    def release(self) -> list[Event]:
+        """Answer text held back for its tokens goes out now (the step ends, or the response)."""
+        held, self._held = self._held, _HeldText()
+        if not held.text:
+            return []
+        segment = Segment(SegmentKind.TEXT, held.text, held.phase)
+        return self.builder.add(segment, tuple(held.logprobs))
+
+    def _apply(self, chunk: EngineChunk) -> Iterator[Event | ServerCall]:
+        """The chunk's events, made as they are taken: a server call runs before the segments
+        after it reach the builder."""
+        segments = self._parse(chunk)
+        if segments and self._last_kind not in (None, segments[0].kind):
+            # Tokens the parser swallowed since the last segment (a closing tag, separators)
+            # ended that segment: they count with it, and are in no later text's logprobs.
+            self._settle(self._carry, self._last_kind)
+            self._carry = _Carry()
+        self._carry.logprobs.extend(chunk.logprobs)
+        self._carry.num_tokens += chunk.num_tokens
+        if not segments:
+            return
+        # A chunk's tokens belong to the last segment its text completed.
+        carry, self._carry = self._carry, _Carry()
+        last = segments[-1]
+        self._settle(carry, last.kind)
+        self._last_kind = last.kind
+        for segment in segments[:-1]:
+            yield from self._add(segment)
+        yield from self._add(last, tuple(carry.logprobs) if last.kind is SegmentKind.TEXT else ())
+
+    def _add(
+        self, segment: Segment, logprobs: tuple[TokenLogprob, ...] = ()
+    ) -> list[Event | ServerCall]:
+        server = self._server_call(segment)
+        if server is not None:
+            return server
+        if segment.kind is SegmentKind.CALL_END:
+            self.client_calls += 1
+        if segment.kind is not SegmentKind.TEXT or not self._with_logprobs:
+            return [*self.release(), *self.builder.add(segment, logprobs)]
+        events = self.release() if segment.name != self._held.phase else []
+        self._held.phase = segment.name
+        if not self._held.add(segment.text, logprobs):
+            return [*events]
+        return [*events, *self.release()]
+
+    def _server_call(self, segment: Segment) -> list[Event | ServerCall] | None:
+        """A segment of a call to a server-side tool: kept until the call is whole (None for
+        any other segment)."""
+        if self._pending is None:
+            tool = self.tools.tool(segment.name) if self.tools is not None else None
+            if segment.kind is not SegmentKind.CALL_START or tool is None:
+                return None
+            self._pending = _Pending(tool)
+            return []
+        if segment.kind is SegmentKind.CALL_ARGS:
+            self._pending.arguments += segment.text
+            return []
+        if segment.kind is SegmentKind.CALL_END:
+            pending, self._pending = self._pending, None
+            return [*self.release(), ServerCall(pending.tool, pending.arguments)]
+        return []
+
+    def _cut_call(self) -> list[Event]:
+        """A server-side call the model had not finished when it stopped: its item shows it,
+        and the response's ending closes it as cut (it never runs)."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return []
+        tool = pending.tool
+        return [
+            *self.release(),
+            *self.builder.mcp_call(tool.namespace or "", tool.name, pending.arguments),
+        ]
+
+    def _settle(self, carry: _Carry, kind: SegmentKind | None) -> None:
+        if kind is SegmentKind.REASONING:
+            self._reasoning_tokens += carry.num_tokens
+
+    def _parse(self, chunk: EngineChunk) -> list[Segment]:
+        segments = self.parser.feed(chunk.text) if chunk.text else []
+        if chunk.finish is not None:
+            segments += self.parser.finish()
+        segments += chunk.segments
+        if self.parser.degraded > self._degraded:
+            self._degraded = self.parser.degraded
+            log.warning("model wrote call-like text that is not a valid call; sent as text")
+        return self._limit_calls(segments)
+
+    def _limit_calls(self, segments: list[Segment]) -> list[Segment]:
+        """`parallel_tool_calls: false`: nothing after the first complete call."""
+        if not self._single_call:
+            return segments
+        kept: list[Segment] = []
+        for seg in segments:
+            if self._calls_done:
+                break
+            kept.append(seg)
+            self._calls_done += seg.kind is SegmentKind.CALL_END
+        return kept

@@ -1,0 +1,255 @@
+"""The server-side tools of one response: its MCP servers' tools, listed, offered and run.
+
+Before the model's first step, each server the request names is listed, unless the context
+already holds its listing (`mcp_list_tools`: OpenAI reuses it too), and the calls the client
+approved in its input run at once. The model sees a server's tools as `label__name` beside the
+request's own tools. A call it writes waits for the client's approval (an
+`mcp_approval_request`; the response ends after that step) or runs at once (an `mcp_call`).
+After a step that ran calls, the model goes on in a next step that sees their results, until
+it answers, calls a tool of the client's, or a limit is reached: `max_tool_calls` (over the
+whole response; a call past it gets no item, as OpenAI does) or the server's cap on steps. The
+last step offers the servers' tools without letting the model call them, so it answers.
+
+A listing that fails fails the response (424 for one not streamed, as OpenAI answers); a call
+that fails is a `failed` item the model reads, and goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
+
+from oars.errors import DependencyFailed, InvalidRequest
+from oars.events import Event, ResponseBuilder
+from oars.generation import FinishReason
+from oars.mcp.client import McpFailure, Session, protocol_error
+from oars.mcp.config import McpConfig
+from oars.mcp.servers import McpServer, public_url
+from oars.step import ServerCall, Step
+from oars.tools import ANY_OBJECT, Tool, ToolSet, mcp_tool_name
+from oars.turn import Turn
+
+log = logging.getLogger("oars.mcp")
+
+Json = dict[str, Any]
+Observe = Callable[[str, str, float], None]  # (server, outcome, seconds) of one call
+
+
+class ToolboxFactory:
+    """The service's side: the operator's MCP settings, and where calls are counted."""
+
+    def __init__(self, config: McpConfig, observe: Observe | None = None) -> None:
+        self.config, self.observe = config, observe
+
+    async def open(self, turn: Turn) -> Toolbox:
+        """A response's toolbox; 400 for a server URL it may not reach, or an approval for a
+        server the request does not name (both before anything is sent)."""
+        request = turn.request
+        labels = {server.label for server in request.servers}
+        for server in request.servers:
+            await self.config.check(server)
+        for approval, _ in turn.approved():
+            if approval.get("server_label") not in labels:
+                raise InvalidRequest(
+                    f"An approved call is for the MCP server {approval.get('server_label')!r}, "
+                    "which no 'mcp' tool in 'tools' names.",
+                    param="tools",
+                )
+        return Toolbox(turn, self.config, self.observe)
+
+
+class Toolbox:
+    """One response's MCP servers: their sessions, listed tools, and the calls made."""
+
+    def __init__(self, turn: Turn, config: McpConfig, observe: Observe | None = None) -> None:
+        self.turn, self.config, self.observe = turn, config, observe
+        self.request = turn.request
+        self.servers = {server.label: server for server in self.request.servers}
+        self.tools: dict[str, Tool] = {}  # by the name the model calls them
+        self.read_only: dict[str, bool] = {}  # by that name
+        self.ran = 0  # calls run, against `max_tool_calls`
+        self.asked = False  # an approval was asked for: the response ends after the step
+        self._sessions: dict[str, Session] = {}
+
+    # ---- before the first step ----------------------------------------------------------
+
+    async def prepare(self, builder: ResponseBuilder) -> AsyncIterator[Event]:
+        """List each server (or reuse its listing), then run the calls the client approved."""
+        for server in self.servers.values():
+            listing = self.turn.listing(server.label)
+            if listing is None:
+                async for event in self._list(builder, server):
+                    yield event
+            else:
+                self._offer(server, listing["tools"])
+        choice = self.request.mcp_choice
+        if choice is not None and not any(self._chosen(t) for t in self.tools.values()):
+            raise InvalidRequest(
+                f"Invalid 'tool_choice': the MCP server {choice.label!r} offers no tool "
+                f"{choice.name!r}."
+                if choice.name
+                else f"Invalid 'tool_choice': the MCP server {choice.label!r} offers no tools.",
+                param="tool_choice",
+            )
+        for approval, _ in self.turn.approved():
+            server = self.servers[str(approval["server_label"])]
+            call = (str(approval["name"]), str(approval["arguments"]), str(approval["id"]))
+            async for event in self._execute(builder, server, *call):
+                yield event
+
+    async def _list(self, builder: ResponseBuilder, server: McpServer) -> AsyncIterator[Event]:
+        for event in builder.list_tools(server.label):
+            yield event
+        try:
+            tools = await self._session(server).list_tools()
+        except McpFailure as exc:
+            message = f"Error retrieving tool list from MCP server: '{server.label}': {exc}"
+            for event in builder.tools_not_listed(message):
+                yield event
+            raise DependencyFailed(message, param=f"{server.param}.server_url") from exc
+        kept = [t for t in tools if server.allows(t["name"], _read_only(t))]
+        self._offer(server, kept)
+        for event in builder.tools_listed(kept):
+            yield event
+
+    def _offer(self, server: McpServer, listed: list[Json]) -> None:
+        taken = {t.model_name for t in self.request.tools.offered}
+        for listed_tool in listed:
+            name = str(listed_tool.get("name", ""))
+            model_name = mcp_tool_name(server.label, name)
+            if not name or model_name in taken or not server.allows(name, _read_only(listed_tool)):
+                continue
+            schema = listed_tool.get("input_schema")
+            self.tools[model_name] = Tool(
+                name=name,
+                kind="mcp",
+                description=str(listed_tool.get("description") or ""),
+                parameters=schema if isinstance(schema, dict) else ANY_OBJECT,
+                namespace=server.label,
+                offered_as=model_name,
+            )
+            self.read_only[model_name] = _read_only(listed_tool)
+
+    # ---- each step ----------------------------------------------------------------------
+
+    def toolset(self, steps: int) -> ToolSet:
+        """What the model may call in the step after `steps` steps: the request's tools and
+        the servers' (these while the budget and the cap on steps allow)."""
+        base = self.request.tools
+        servers = tuple(self.tools.values())
+        offered = base.offered + servers
+        callable_ = servers if self._may_call(steps) else ()
+        first = self.ran == 0 and steps == 0
+        if base.mode == "none":
+            return ToolSet(offered, offered, "none")
+        if first and self.request.mcp_choice is not None:
+            return ToolSet(offered, tuple(t for t in servers if self._chosen(t)), "required")
+        if base.mode == "required" and base.callable != base.offered:  # a named tool
+            return ToolSet(offered, base.callable, "required")
+        mode = "required" if base.mode == "required" and first else "auto"
+        return ToolSet(offered, base.callable + callable_, mode)
+
+    def _may_call(self, steps: int) -> bool:
+        budget = self.request.max_tool_calls
+        return steps + 1 < self.config.max_rounds and (budget is None or self.ran < budget)
+
+    def _chosen(self, tool: Tool) -> bool:
+        choice = self.request.mcp_choice
+        return (
+            choice is not None
+            and tool.namespace == choice.label
+            and choice.name in (None, tool.name)
+        )
+
+    def tool(self, model_name: str) -> Tool | None:
+        return self.tools.get(model_name)
+
+    def goes_on(self, step: Step, steps: int) -> bool:
+        """Another step follows this one: it ran calls, and nothing else ends the response."""
+        return (
+            step.server_calls > 0
+            and not self.asked
+            and step.client_calls == 0
+            and step.finish in (FinishReason.STOP, FinishReason.TOOL_CALLS)
+            and steps < self.config.max_rounds
+        )
+
+    async def run(self, builder: ResponseBuilder, call: ServerCall) -> AsyncIterator[Event]:
+        """A call the model wrote: asked for approval, run, or (past `max_tool_calls`)
+        dropped."""
+        tool = call.tool
+        server = self.servers[str(tool.namespace)]
+        budget = self.request.max_tool_calls
+        if budget is not None and self.ran >= budget:
+            log.info("call to %s dropped: max_tool_calls (%d) reached", tool.model_name, budget)
+            return
+        if server.needs_approval(tool.name, self.read_only.get(tool.model_name, False)):
+            self.asked = True
+            for event in builder.approval_request(server.label, tool.name, call.arguments):
+                yield event
+            return
+        async for event in self._execute(builder, server, tool.name, call.arguments):
+            yield event
+
+    async def _execute(
+        self,
+        builder: ResponseBuilder,
+        server: McpServer,
+        name: str,
+        arguments: str,
+        approval_request_id: str | None = None,
+    ) -> AsyncIterator[Event]:
+        for event in builder.mcp_call(server.label, name, arguments, approval_request_id):
+            yield event
+        self.ran += 1
+        started = time.monotonic()
+        output: str | None = None
+        error: Json | None = None
+        try:
+            output = await self._session(server).call(name, _arguments(arguments))
+        except McpFailure as exc:
+            error = exc.error
+        self._observed(server, "failed" if error else "completed", time.monotonic() - started)
+        for event in builder.mcp_call_done(output, error):
+            yield event
+
+    def _observed(self, server: McpServer, outcome: str, seconds: float) -> None:
+        if self.observe is not None:
+            where = server.label if server.url is None else public_url(server.url)
+            self.observe(where, outcome, seconds)
+
+    # ---- sessions -----------------------------------------------------------------------
+
+    def _session(self, server: McpServer) -> Session:
+        session = self._sessions.get(server.label)
+        if session is None:
+            endpoint = self.config.endpoint(server)
+            session = Session(endpoint, self.config.reach, self.config.limits)
+            self._sessions[server.label] = session
+        return session
+
+    async def close(self) -> None:
+        """Close every session the response opened."""
+        sessions, self._sessions = list(self._sessions.values()), {}
+        if sessions:
+            await asyncio.gather(*(s.close() for s in sessions), return_exceptions=True)
+
+
+def _read_only(listed: Mapping[str, Any]) -> bool:
+    annotations = listed.get("annotations")
+    return isinstance(annotations, dict) and annotations.get("read_only") is True
+
+
+def _arguments(text: str) -> Json:
+    """The model's arguments as the object a tool takes (a failed call otherwise)."""
+    try:
+        value = json.loads(text) if text.strip() else {}
+    except json.JSONDecodeError:
+        value = None
+    if not isinstance(value, dict):
+        raise McpFailure(protocol_error(-32602, "the arguments are not a JSON object"))
+    return value

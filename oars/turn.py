@@ -1,0 +1,272 @@
+"""A turn: one request and everything the model sees for it, rendered once per generation.
+
+`Turn.open(request, store)` resolves what the request continues, from the store: its
+conversation's items, then the previous response's input and output, then the new input (its
+`item_reference`s replaced by the items they name). The new input may answer only the calls and
+approval requests its history holds. What is kept as the response's input is the same minus
+the conversation, which keeps its own items.
+
+`compacted(service)` compacts a long context first (`context_management`, or a
+`compaction_trigger` item). `engine_request(tools)` renders the items into what an engine is
+asked. A response that runs server-side tools is several generations: each next one is
+`then(output)`, the same turn with the response's output so far after its items.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from oars import compactor
+from oars.compaction import TRIGGER
+from oars.errors import InvalidRequest, NotFound
+from oars.generation import ChatMessage, EngineRequest
+from oars.normalize import ResponseRequest
+from oars.prompt import Context, Unseal, render
+from oars.store import Json, Store
+from oars.tools import ToolSet
+
+if TYPE_CHECKING:
+    from oars.service import ResponsesService
+
+log = logging.getLogger("oars.turn")
+
+_RESERVE = 1024  # tokens left for the reply when deciding a prompt fits the context
+_CALLS = ("function_call", "custom_tool_call")
+_ANSWERS = ("function_call_output", "custom_tool_call_output")
+
+
+@dataclass(frozen=True)
+class Turn:
+    """A request with the items its model sees: history, new input, then output so far."""
+
+    request: ResponseRequest
+    items: tuple[Json, ...]  # history and new input (and a compaction made for it), in order
+    stored_input: tuple[Json, ...] = ()  # kept as the response's input items
+    new_input: tuple[Json, ...] = ()  # this request's (appended to its conversation)
+    new_at: int = 0  # where the new input starts in `items`
+    unseal: Unseal | None = field(default=None, compare=False)
+    compacted: Json | None = None  # the compaction made for it: its first output item
+    output: tuple[Json, ...] = ()  # this response's output, for the generation after it
+    messages: tuple[ChatMessage, ...] = ()  # `items` and `output` rendered
+
+    @classmethod
+    async def open(
+        cls,
+        request: ResponseRequest,
+        store: Store | None,
+        unseal: Unseal | None = None,
+        previous: Sequence[Json] | None = None,
+    ) -> Turn:
+        """The request with its whole context; 404 for an unknown response, conversation or
+        item. `previous`: the previous response's context when the caller holds it (a
+        WebSocket keeps its last response's); otherwise it is read from the store."""
+        earlier: list[Json] = []
+        if request.previous_response_id is not None:
+            earlier = (
+                list(previous)
+                if previous is not None
+                else await _previous(request.previous_response_id, store)
+            )
+        conversation: list[Json] = []
+        if request.conversation_id is not None:
+            conversation = await _conversation(request.conversation_id, store)
+        new_input = await _references(request.input_items, store)
+        history = [*conversation, *earlier]
+        _check_answers(history, new_input)
+        turn = cls(
+            request,
+            (*history, *new_input),
+            (*earlier, *new_input),
+            new_input,
+            len(history),
+            unseal,
+        )
+        return turn.rendered()
+
+    @classmethod
+    def of(cls, request: ResponseRequest, unseal: Unseal | None = None) -> Turn:
+        """A request without history (its input has no item references)."""
+        items = request.input_items
+        return cls(request, items, items, items, 0, unseal).rendered()
+
+    # ---- what the model sees ------------------------------------------------------------
+
+    def rendered(self) -> Turn:
+        """This turn with its messages (400 naming a malformed item)."""
+        context = Context(self.unseal, params=self._param)
+        messages = render((*self.items, *self.output), self.request.instructions, context)
+        if not messages and self.request.generate and not self._compacts_all:
+            raise InvalidRequest(
+                "Invalid 'input': it holds no message to respond to.", param="input"
+            )
+        return replace(self, messages=tuple(messages))
+
+    def _param(self, i: int) -> str:
+        if self.new_at <= i < self.new_at + len(self.new_input):
+            return f"input[{i - self.new_at}]"
+        return "previous_response_id" if self.request.previous_response_id else "conversation"
+
+    @property
+    def _compacts_all(self) -> bool:
+        return self.request.compaction is not None and self.request.compaction.now
+
+    def engine_request(
+        self, tools: ToolSet | None = None, max_output_tokens: int | None = None
+    ) -> EngineRequest:
+        """What the engine is asked: these messages, the request's settings, and `tools`
+        (default: the request's own); `max_output_tokens`: what is left of the request's."""
+        r = self.request
+        sampling = r.sampling
+        if max_output_tokens is not None:
+            sampling = replace(sampling, max_output_tokens=max_output_tokens)
+        return EngineRequest(
+            messages=self.messages,
+            sampling=sampling,
+            tools=r.tools if tools is None else tools,
+            parallel_tool_calls=r.parallel_tool_calls,
+            output=r.output,
+            top_logprobs=r.top_logprobs,
+            reasoning_effort=r.reasoning_effort,
+            after_tool_output=bool(self.messages) and self.messages[-1].role == "tool",
+        )
+
+    def then(self, output: Sequence[Json]) -> Turn:
+        """The same turn, the response's output so far after its items (the compaction made
+        for it, already among them, once)."""
+        known = {item.get("id") for item in self.items}
+        fresh = tuple(item for item in output if item.get("id") not in known)
+        return replace(self, output=fresh).rendered()
+
+    def conversation_items(self, snapshot: Json) -> list[Json]:
+        """Appended to the conversation when the response ends: new input, then output."""
+        if self.request.conversation_id is None:
+            return []
+        return [*self.new_input, *snapshot["output"]]
+
+    def listing(self, label: str) -> Json | None:
+        """The latest tool listing of that MCP server in the context, if any."""
+        for item in reversed(self.items):
+            listed = item.get("type") == "mcp_list_tools" and not item.get("error")
+            if listed and item.get("server_label") == label:
+                return item
+        return None
+
+    def approved(self) -> list[tuple[Json, Json]]:
+        """(approval request, approving response) for each approval in the new input whose
+        call has not run yet."""
+        requests = {i.get("id"): i for i in self.items if i.get("type") == "mcp_approval_request"}
+        ran = {i.get("approval_request_id") for i in self.items if i.get("type") == "mcp_call"}
+        return [
+            (requests[item["approval_request_id"]], item)
+            for item in self.new_input
+            if item.get("type") == "mcp_approval_response"
+            and item.get("approve") is True
+            and item["approval_request_id"] not in ran
+        ]
+
+    # ---- compaction -----------------------------------------------------------------------
+
+    async def compact(self, service: ResponsesService) -> Turn:
+        """Compact before generating: all of it now (a `compaction_trigger`: the response then
+        generates nothing), or, with `context_management`, the context before the new input
+        when the prompt would pass the threshold or the model's context. The compaction leads
+        the output, and the prompt is rendered with it."""
+        request = self.request
+        assert request.compaction is not None
+        if request.compaction.now:
+            everything = [item for item in self.items if item.get("type") != TRIGGER]
+            made = await compactor.compact(service, request.model, everything)
+            return replace(self, items=(*everything, made.item), compacted=made.item).rendered()
+        tokens = await service.count_tokens(request.model, self.engine_request())
+        context = service.engine_for(request.model).info.context_length
+        threshold = request.compaction.threshold or context
+        reserve = request.sampling.max_output_tokens or _RESERVE
+        over_context = context is not None and tokens + reserve > context
+        if not over_context and (threshold is None or tokens <= threshold):
+            return self
+        earlier = self.items[: self.new_at]
+        if not earlier:
+            return self  # only new input: nothing earlier to compact
+        made = await compactor.compact(service, request.model, earlier)
+        log.info(
+            "context of %d tokens compacted before generating (threshold %s)", tokens, threshold
+        )
+        # the compaction hides the earlier items it covers
+        return replace(self, items=(*self.items, made.item), compacted=made.item).rendered()
+
+
+async def items_of(
+    previous_response_id: str | None, items: Sequence[Json], store: Store | None
+) -> list[Json]:
+    """A previous response's context followed by these items (references resolved)."""
+    earlier = [] if previous_response_id is None else await _previous(previous_response_id, store)
+    return [*earlier, *await _references(items, store)]
+
+
+def _check_answers(history: Sequence[Json], new_input: Sequence[Json]) -> None:
+    """A continuation may only answer what its history holds: a tool output for a call that
+    was never made, or an approval of a request never made, is the client's mistake."""
+    context = [*history, *new_input]
+    made = {item.get("call_id") for item in context if item.get("type") in _CALLS}
+    asked = {item.get("id") for item in context if item.get("type") == "mcp_approval_request"}
+    for position, item in enumerate(new_input):
+        kind = item.get("type")
+        if history and kind in _ANSWERS and item.get("call_id") not in made:
+            raise InvalidRequest(
+                f"No tool call found for the tool output with call_id {item.get('call_id')!r}.",
+                param=f"input[{position}].call_id",
+            )
+        if kind == "mcp_approval_response" and item.get("approval_request_id") not in asked:
+            raise InvalidRequest(
+                f"No MCP approval request found with id {item.get('approval_request_id')!r}.",
+                param=f"input[{position}].approval_request_id",
+            )
+
+
+def _no_store(param: str, what: str, code: str = "not_found") -> NotFound:
+    return NotFound(f"{what} not found: this server keeps no stored state.", param=param, code=code)
+
+
+async def _previous(response_id: str, store: Store | None) -> list[Json]:
+    if store is None:
+        raise _no_store(
+            "previous_response_id",
+            f"Previous response with id '{response_id}'",
+            "previous_response_not_found",
+        )
+    context = await store.context(response_id)
+    if context is None:
+        raise NotFound(
+            f"Previous response with id '{response_id}' not found.",
+            param="previous_response_id",
+            code="previous_response_not_found",
+        )
+    return context
+
+
+async def _conversation(conversation_id: str, store: Store | None) -> list[Json]:
+    if store is None:
+        raise _no_store("conversation", f"Conversation with id '{conversation_id}'")
+    page = await store.conversation_items(conversation_id)
+    if page is None:
+        raise NotFound(f"Conversation with id '{conversation_id}' not found.", param="conversation")
+    return page.items
+
+
+async def _references(items: Sequence[Json], store: Store | None) -> tuple[Json, ...]:
+    wanted = [str(i["id"]) for i in items if i.get("type") == "item_reference"]
+    if not wanted:
+        return tuple(items)
+    found = await store.find_items(wanted) if store is not None else {}
+    resolved: list[Json] = []
+    for position, item in enumerate(items):
+        if item.get("type") != "item_reference":
+            resolved.append(item)
+        elif item["id"] in found:
+            resolved.append(found[item["id"]])
+        else:
+            raise NotFound(f"Item with id '{item['id']}' not found.", param=f"input[{position}].id")
+    return tuple(resolved)
