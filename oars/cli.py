@@ -14,6 +14,7 @@ from oars.errors import OarsError, SetupError
 
 if TYPE_CHECKING:
     from oars.engines.upstream import UpstreamConfig
+    from oars.mcp.config import McpConfig
 from oars.family import CALL_FORMATS
 
 
@@ -169,6 +170,34 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="serve beyond loopback without API keys (behind a proxy that checks callers)",
     )
+    serve.add_argument(
+        "--mcp-server",
+        action="append",
+        default=[],
+        metavar="LABEL=URL",
+        help="an MCP server requests may name by its label alone (trusted: any address); "
+        "repeatable",
+    )
+    serve.add_argument(
+        "--mcp-servers",
+        default=_env("MCP_SERVERS", "") or None,
+        metavar="FILE",
+        help="a TOML file of [[mcp_server]] tables (label, url or command, headers_env, env)",
+    )
+    serve.add_argument(
+        "--mcp-allow",
+        action="append",
+        default=[],
+        metavar="URL_PREFIX",
+        help="request-named MCP server URLs under this prefix may reach loopback and private "
+        "addresses (refused otherwise); repeatable",
+    )
+    serve.add_argument(
+        "--mcp-timeout",
+        type=float,
+        default=float(_env("MCP_TIMEOUT", "60")),
+        help="seconds one MCP tool call may take (default 60)",
+    )
     serve.add_argument("--log-level", default=_env("LOG_LEVEL", "info"))
     serve.add_argument(
         "--log-format",
@@ -210,11 +239,13 @@ def _serve(args: argparse.Namespace) -> None:
     from oars.sealing import Sealer
     from oars.service import ResponsesService
     from oars.store import SqlStore
+    from oars.toolbox import ToolboxFactory
     from oars.weights import DEFAULT_MODEL, oars_home, pull
 
     logs.setup(args.log_level, args.log_format)
     keys = _api_keys(args)  # before the model loads: a refusal comes at once
     upstreams = _upstreams(args)
+    mcp = _mcp(args)
     engines: dict[str, Engine] = {}
     if args.model is not None or not upstreams:
         from oars.engines.devices import describe, gpu_layers
@@ -256,6 +287,7 @@ def _serve(args: argparse.Namespace) -> None:
         default_temperature=args.temperature,
         sealer=Sealer.from_home(home),
         strict_models=bool(upstreams),
+        toolboxes=ToolboxFactory(mcp),
     )
     replica = args.replica or default_replica(args.port)
     public = [f"/{name.strip()}" for name in args.public.split(",") if name.strip()]
@@ -273,6 +305,8 @@ def _serve(args: argparse.Namespace) -> None:
     )
     for config in upstreams:
         print(f"oars: {config.model} from {config.url}", flush=True)
+    for label in sorted(mcp.labels):
+        print(f"oars: MCP server {label!r} for requests that name it", flush=True)
     print(f"oars: {_access(args, keys)}", flush=True)
     # What is loaded by now (modules, the vocabulary tables) lives as long as the process. A
     # full collection walking it took ~90 ms, a pause of every stream whenever one came.
@@ -369,6 +403,17 @@ def _upstreams(args: argparse.Namespace) -> list[UpstreamConfig]:
         return configs + (load_upstreams(args.upstreams) if args.upstreams else [])
     except (ValueError, OSError) as exc:
         raise SetupError(f"--upstream: {exc}") from exc
+
+
+def _mcp(args: argparse.Namespace) -> McpConfig:
+    from oars.mcp.config import McpConfig, load_servers, server_arg
+
+    try:
+        servers = [server_arg(text) for text in args.mcp_server]
+        servers += load_servers(args.mcp_servers) if args.mcp_servers else []
+        return McpConfig.of(servers, args.mcp_allow, call_seconds=args.mcp_timeout)
+    except (ValueError, OSError) as exc:
+        raise SetupError(f"--mcp-server: {exc}") from exc
 
 
 def _redacted(spec: str) -> str:

@@ -29,6 +29,7 @@ from oars.store import Store
 Labels = tuple[str, ...]
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+MCP_SERVERS = 64  # distinct `server` label values of the MCP metrics
 TOKEN_GAP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56)
 
 
@@ -76,6 +77,8 @@ class Metrics:
         self.compactions: dict[Labels, int] = defaultdict(int)  # (model, how)
         self.sockets: dict[Labels, int] = defaultdict(int)  # () → connections accepted
         self.socket_requests: dict[Labels, int] = defaultdict(int)  # (outcome,)
+        self.mcp_calls: dict[Labels, int] = defaultdict(int)  # (server, outcome)
+        self.mcp_seconds = Histogram(LATENCY_BUCKETS)  # (server,)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(self))  # type: ignore[arg-type]
 
@@ -105,6 +108,15 @@ class Metrics:
     def socket_request(self, outcome: str) -> None:
         """A `response.create` frame: `response` (a response ran) or `error` (an error frame)."""
         self.socket_requests[(outcome,)] += 1
+
+    def mcp_call(self, server: str, outcome: str, seconds: float) -> None:
+        """A call to an MCP server's tool ended (`completed` or `failed`). Servers a request
+        names are many: past `MCP_SERVERS` of them, the rest count as `other`."""
+        known = {labels[0] for labels in self.mcp_seconds.counts}
+        if server not in known and len(known) >= MCP_SERVERS:
+            server = "other"
+        self.mcp_calls[(server, outcome)] += 1
+        self.mcp_seconds.observe((server,), seconds)
 
     def store_call(self, operation: str, seconds: float) -> None:
         self.store_seconds.observe((operation,), seconds)
@@ -217,6 +229,17 @@ class _Collector:
             "Frames sent on WebSockets, by outcome: a response ran, or an error frame answered.",
             ["outcome"],
             m.socket_requests,
+        )
+        yield _counter(
+            "oars_mcp_calls",
+            "Calls to MCP servers' tools, by server and outcome (completed or failed).",
+            ["server", "outcome"],
+            m.mcp_calls,
+        )
+        yield m.mcp_seconds.family(
+            "oars_mcp_call_duration_seconds",
+            "Time of one call to an MCP server's tool.",
+            ["server"],
         )
         running = GaugeMetricFamily(
             "oars_generations_running", "Generations producing tokens.", labels=["model"]

@@ -72,8 +72,10 @@ SNAPSHOT_FIELDS = [
     "prompt_cache_key",
 ]
 
-_STATELESS = ("compaction",)  # item types without a status: added and done whole
-_CALL_VALUE = {"function_call": "arguments", "custom_tool_call": "input"}  # item type → streamed
+# item types without a status: added and done (the MCP ones with their own events between)
+_STATELESS = ("compaction", "mcp_list_tools", "mcp_approval_request")
+# item type → its streamed value
+_CALL_VALUE = {"function_call": "arguments", "custom_tool_call": "input", "mcp_call": "arguments"}
 # event type → (accumulated field of the open part or item, field holding the full value at done)
 _DELTAS = {
     "response.output_text.delta": "part",
@@ -81,6 +83,7 @@ _DELTAS = {
     "response.refusal.delta": "part",
     "response.function_call_arguments.delta": "item",
     "response.custom_tool_call_input.delta": "item",
+    "response.mcp_call_arguments.delta": "item",
 }
 _DONES = {
     "response.output_text.done": ("part", "text"),
@@ -88,6 +91,25 @@ _DONES = {
     "response.refusal.done": ("part", "refusal"),
     "response.function_call_arguments.done": ("item", "arguments"),
     "response.custom_tool_call_input.done": ("item", "input"),
+    "response.mcp_call_arguments.done": ("item", "arguments"),
+}
+# The lifecycle of the MCP items between added and done (mcp.md §1.3): event → (item type, the
+# stages it may follow, the stage after it). OpenAI has sent `mcp_call.in_progress` again after
+# the arguments; that is tolerated.
+_STAGES = {
+    "response.mcp_list_tools.in_progress": ("mcp_list_tools", {"added"}, "running"),
+    "response.mcp_list_tools.completed": ("mcp_list_tools", {"running"}, "completed"),
+    "response.mcp_list_tools.failed": ("mcp_list_tools", {"running"}, "failed"),
+    "response.mcp_call.in_progress": ("mcp_call", {"added", "arguments"}, "running"),
+    "response.mcp_call_arguments.delta": ("mcp_call", {"running", "arguments"}, "arguments"),
+    "response.mcp_call_arguments.done": ("mcp_call", {"running", "arguments"}, "arguments_done"),
+    "response.mcp_call.completed": ("mcp_call", {"arguments_done"}, "completed"),
+    "response.mcp_call.failed": ("mcp_call", {"arguments_done"}, "failed"),
+}
+# item type → (the stages its done may follow, the status each ends with)
+_ENDS: dict[str, dict[str, str | None]] = {
+    "mcp_list_tools": {"completed": None, "failed": None},
+    "mcp_call": {"completed": "completed", "failed": "failed"},
 }
 
 
@@ -205,6 +227,8 @@ class _Checker:
             self.fail(i, "I2", "second event must be response.in_progress", event)
         if "response" in event:
             self.snapshot(i, event)
+        if kind in _STAGES:
+            self.stage(i, event, *_STAGES[kind])
         handler = _HANDLERS.get(kind)
         if handler is not None:
             handler(self, i, event)
@@ -273,6 +297,37 @@ class _Checker:
         self.added.append(item)
         acc = item.get("arguments", item.get("input", ""))
         self.open = {"item": item, "index": event.get("output_index"), "acc": acc, "parts": []}
+        self.open["stage"] = "added"
+        if item.get("type") == "mcp_list_tools" and item.get("tools"):
+            self.fail(i, "mcp", "a tool listing is added with no tools yet", event)
+        if item.get("type") == "mcp_call" and (acc or item.get("output") or item.get("error")):
+            self.fail(i, "mcp", "an mcp_call is added with no arguments, output or error", event)
+
+    def stage(self, i: int, event: dict[str, Any], kind: str, after: set[str], to: str) -> None:
+        """One step of an MCP item's lifecycle, in its order."""
+        if not self.same_item(i, event):
+            return
+        assert self.open is not None
+        item, stage = self.open["item"], self.open["stage"]
+        if item.get("type") != kind:
+            self.fail(i, "mcp", f"{event['type']} for a {item.get('type')} item", event)
+        elif stage not in after:
+            self.fail(i, "mcp", f"{event['type']} after {stage}", event)
+        self.open["stage"] = to
+
+    def item_ends(self, i: int, item: dict[str, Any]) -> None:
+        """An MCP item is done only after its lifecycle ended, with the status it ended in (a
+        call cut short, never run, is `incomplete`)."""
+        assert self.open is not None
+        ends = _ENDS.get(item.get("type", ""))
+        if ends is None:
+            return
+        stage = self.open["stage"]
+        if item.get("type") == "mcp_list_tools" and stage not in ends:
+            self.fail(i, "mcp", f"a tool listing is done after {stage}", item)
+        wanted = ends.get(stage, "incomplete")
+        if item.get("type") == "mcp_call" and item.get("status") != wanted:
+            self.fail(i, "mcp", f"an mcp_call done {item.get('status')!r} after {stage}", item)
 
     def item_done(self, i: int, event: dict[str, Any]) -> None:
         item = event.get("item", {})
@@ -285,10 +340,17 @@ class _Checker:
         for key in ("id", "type", "call_id", "name"):
             if first.get(key) != item.get(key):
                 self.fail(i, "I6", f"item {key!r} changed between added and done", event)
-        if item.get("status") not in ("completed", "incomplete") and (
-            item.get("type") not in _STATELESS
-        ):
+        done_statuses = (
+            ("completed", "incomplete", "failed")
+            if item.get("type") == "mcp_call"
+            else (
+                "completed",
+                "incomplete",
+            )
+        )
+        if item.get("status") not in done_statuses and item.get("type") not in _STATELESS:
             self.fail(i, "I10", f"done item status {item.get('status')!r}", event)
+        self.item_ends(i, item)
         content = item.get("content")
         if isinstance(content, list) and self.open["parts"]:
             texts = [p["acc"] for p in self.open["parts"]]

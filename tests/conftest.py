@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-_ID = re.compile(r"^(resp|msg|rs|fc|call|ctc)_[0-9a-f]{16,}$")
+_ID = re.compile(r"^(resp|msg|rs|fc|call|ctc|mcp|mcpl|mcpr)_[0-9a-f]{16,}$")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -193,3 +193,69 @@ def serving(app: Any) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+# ---- a real MCP server (tests/mcp_server.py) ------------------------------------------------------
+
+
+class McpProcess:
+    """The tests' MCP server in a process of its own on loopback."""
+
+    def __init__(self, transport: str) -> None:
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.url = f"{self.base}/sse" if transport == "sse" else f"{self.base}/mcp"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.mcp_server", transport, str(self.port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 30
+        while not self._answers():
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                self.stop()
+                pytest.fail(f"the MCP server ({transport}) did not start")
+            time.sleep(0.05)
+
+    def _answers(self) -> bool:
+        import httpx
+
+        try:
+            return httpx.get(f"{self.base}/stats", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    @staticmethod
+    def unused_url() -> str:
+        """The URL of a server that is not there (a port nothing listens on)."""
+        return f"http://127.0.0.1:{free_port()}/mcp"
+
+    def stats(self) -> dict[str, Any]:
+        import httpx
+
+        stats: dict[str, Any] = httpx.get(f"{self.base}/stats", timeout=5).json()
+        return stats
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture(scope="session")
+def mcp_http() -> Iterator[McpProcess]:
+    """The tests' MCP server over streamable HTTP, for the session."""
+    server = McpProcess("streamable-http")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def mcp_sse() -> Iterator[McpProcess]:
+    """The tests' MCP server over SSE, for the session."""
+    server = McpProcess("sse")
+    yield server
+    server.stop()

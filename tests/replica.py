@@ -1,6 +1,10 @@
 """An oars server process on the scripted engine, for the multi-replica and crash tests.
 
 python -m tests.replica --store URL --port P --replica NAME [--chunks N] [--delay S]
+                        [--mcp-call TEXT]
+
+With `--mcp-call`, MCP servers on loopback may be named, and the model writes TEXT (a call) in
+its first generation and "Done." once it has seen a tool's result.
 """
 
 from __future__ import annotations
@@ -22,12 +26,20 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=3)
     parser.add_argument("--delay", type=float, default=0.0)
     parser.add_argument("--lease", type=float, default=2.0)
+    parser.add_argument("--mcp-call", default=None)
     args = parser.parse_args()
+    from oars.mcp.config import McpConfig
     from oars.store import SqlStore
+    from oars.toolbox import ToolboxFactory
 
     engine = ScriptedEngine([f"w{i} " for i in range(args.chunks)], delay=args.delay)
+    toolboxes = None
+    if args.mcp_call is not None:
+        call = args.mcp_call
+        engine.script = lambda r: ["Done."] if r.after_tool_output else [call]
+        toolboxes = ToolboxFactory(McpConfig.of(allow=["http://127.0.0.1"]))
     app = create_app(
-        ResponsesService(engine),
+        ResponsesService(engine, toolboxes=toolboxes),
         SqlStore(args.store),
         replica=args.replica,
         lease_seconds=args.lease,

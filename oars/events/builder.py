@@ -160,8 +160,13 @@ def _compaction_wire(item: _Item) -> dict[str, Any]:
 
 
 def _mcp_list_wire(item: _Item) -> dict[str, Any]:
-    return {"id": item.id, "type": "mcp_list_tools", "server_label": item.server_label,
-            "tools": item.tools, "error": item.error}  # fmt: skip
+    return {
+        "id": item.id,
+        "type": "mcp_list_tools",
+        "server_label": item.server_label,
+        "tools": item.tools,
+        "error": item.error,
+    }
 
 
 def _mcp_call_wire(item: _Item) -> dict[str, Any]:
@@ -179,8 +184,13 @@ def _mcp_call_wire(item: _Item) -> dict[str, Any]:
 
 
 def _approval_request_wire(item: _Item) -> dict[str, Any]:
-    return {"id": item.id, "type": "mcp_approval_request", "server_label": item.server_label,
-            "name": item.name, "arguments": item.arguments}  # fmt: skip
+    return {
+        "id": item.id,
+        "type": "mcp_approval_request",
+        "server_label": item.server_label,
+        "name": item.name,
+        "arguments": item.arguments,
+    }
 
 
 _ITEM_WIRE: dict[str, Callable[[_Item], dict[str, Any]]] = {

@@ -339,6 +339,8 @@ def create_app(
     for engine in service.engines.values():
         if isinstance(engine, UpstreamEngine):
             engine.observe = metrics.upstream_reply
+    if service.toolboxes is not None:
+        service.toolboxes.observe = metrics.mcp_call
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -244,8 +244,9 @@ class Session:
     async def _stdio(self, stack: contextlib.AsyncExitStack) -> Any:
         e = self.endpoint
         env = dict(e.env) if e.env is not None else None
-        return stdio_client(StdioServerParameters(command=e.command[0], args=[*e.command[1:]],
-                                                  env=env))  # fmt: skip
+        return stdio_client(
+            StdioServerParameters(command=e.command[0], args=[*e.command[1:]], env=env)
+        )
 
     async def _streamable(self, stack: contextlib.AsyncExitStack) -> Any:
         assert self.endpoint.url is not None
@@ -254,9 +255,12 @@ class Session:
 
     async def _sse(self, stack: contextlib.AsyncExitStack) -> Any:
         assert self.endpoint.url is not None
-        return sse_client(self.endpoint.url, timeout=self.limits.connect_seconds,
-                          sse_read_timeout=self.limits.call_seconds,
-                          httpx_client_factory=self._http)  # fmt: skip
+        return sse_client(
+            self.endpoint.url,
+            timeout=self.limits.connect_seconds,
+            sse_read_timeout=self.limits.call_seconds,
+            httpx_client_factory=self._http,
+        )
 
     def _http(
         self,

@@ -20,6 +20,7 @@ import os
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit
 
 from oars.errors import InvalidRequest
@@ -99,12 +100,17 @@ class McpConfig:
 
     @classmethod
     def of(
-        cls, servers: Sequence[OperatorServer] = (), allow: Sequence[str] = (), **limits: float
+        cls,
+        servers: Sequence[OperatorServer] = (),
+        allow: Sequence[str] = (),
+        max_rounds: int = MAX_ROUNDS,
+        **limits: Any,
     ) -> McpConfig:
+        """`limits`: the fields of `Limits`."""
         by_label = {s.label: s for s in servers}
         if len(by_label) != len(servers):
             raise ValueError("two MCP servers have one label")
-        return cls(by_label, Reach(allow), Limits(**limits))  # type: ignore[arg-type]
+        return cls(by_label, Reach(allow), Limits(**limits), max_rounds)
 
     @property
     def labels(self) -> frozenset[str]:

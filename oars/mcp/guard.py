@@ -33,6 +33,9 @@ def is_public(address: str) -> bool:
 
 @dataclass(frozen=True)
 class _Prefix:
+    """An allowed URL prefix, compared by parts (a host that merely starts like it, or a
+    prefix hidden in the userinfo, is not covered). Without a port, every port of the host."""
+
     scheme: str
     host: str
     port: int | None
@@ -43,16 +46,16 @@ class _Prefix:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"expected an http or https URL, got {url!r}")
-        return cls(parts.scheme, parts.hostname.lower(), _port(parts.scheme, parts.port),
-                   parts.path)  # fmt: skip
+        return cls(parts.scheme, parts.hostname.lower(), parts.port, parts.path)
 
     def covers(self, url: str) -> bool:
         other = _Prefix.of(url)
-        return (self.scheme, self.host, self.port) == (
-            other.scheme,
-            other.host,
-            other.port,
-        ) and other.path.startswith(self.path)
+        ports = (_port(self.scheme, self.port), _port(other.scheme, other.port))
+        return (
+            (self.scheme, self.host) == (other.scheme, other.host)
+            and (self.port is None or ports[0] == ports[1])
+            and other.path.startswith(self.path)
+        )
 
 
 def _port(scheme: str, port: int | None) -> int:
@@ -81,9 +84,11 @@ class Reach:
             raise OSError(f"cannot resolve {host!r}: {exc.strerror or exc}") from exc
         addresses = [str(info[4][0]) for info in found]
         if not addresses or not all(is_public(a) for a in addresses):
-            raise Refused(f"{host!r} resolves to an address that is not public; this server "
-                          "reaches such addresses only for URLs its operator allows "
-                          "(--mcp-allow)")  # fmt: skip
+            raise Refused(
+                f"{host!r} resolves to an address that is not public; this server "
+                "reaches such addresses only for URLs its operator allows "
+                "(--mcp-allow)"
+            )
         return addresses[0]
 
     async def check(self, url: str) -> None:

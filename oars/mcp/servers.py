@@ -84,8 +84,11 @@ def _filter(raw: Any, param: str) -> ToolFilter:
     if isinstance(raw, list):
         return ToolFilter(names=frozenset(_names(raw, param)))
     if not isinstance(raw, dict) or set(raw) - _FILTER_KEYS:
-        raise _fail(f"Invalid '{param}': expected a list of tool names or an object with "
-                    "'tool_names' and 'read_only'.", param)  # fmt: skip
+        raise _fail(
+            f"Invalid '{param}': expected a list of tool names or an object with "
+            "'tool_names' and 'read_only'.",
+            param,
+        )
     names, read_only = raw.get("tool_names"), raw.get("read_only")
     if read_only is not None and not isinstance(read_only, bool):
         raise _fail(f"Invalid '{param}.read_only': expected a boolean.", f"{param}.read_only")
@@ -106,8 +109,11 @@ def _approval(raw: Any, param: str) -> tuple[ToolFilter | None, ToolFilter | Non
     if raw == "never":
         return None, EVERY
     if not isinstance(raw, dict) or not raw or set(raw) - {"always", "never"}:
-        raise _fail(f"Invalid '{param}': expected 'always', 'never' or an object with 'always' "
-                    "and 'never' filters.", param)  # fmt: skip
+        raise _fail(
+            f"Invalid '{param}': expected 'always', 'never' or an object with 'always' "
+            "and 'never' filters.",
+            param,
+        )
     always = raw.get("always")
     never = raw.get("never")
     return (
@@ -137,8 +143,9 @@ def _headers(raw: Any, param: str) -> dict[str, str]:
     ):
         raise _fail(f"Invalid '{param}': expected an object of header names and strings.", param)
     if any(k.lower() == "authorization" for k in raw):
-        raise _fail(f"Invalid '{param}': send the token as 'authorization', not as a header.",
-                    param)  # fmt: skip
+        raise _fail(
+            f"Invalid '{param}': send the token as 'authorization', not as a header.", param
+        )
     return raw
 
 
@@ -157,24 +164,36 @@ def parse_server(raw: Mapping[str, Any], param: str, configured: frozenset[str])
         if raw.get(key) is not None:
             raise _fail(f"Invalid '{param}.{key}': {why}.", f"{param}.{key}")
     if raw.get("defer_loading"):
-        raise _fail(f"Invalid '{param}.defer_loading': deferred tools are found by tool search, "
-                    "which this server does not run.", f"{param}.defer_loading")  # fmt: skip
+        raise _fail(
+            f"Invalid '{param}.defer_loading': deferred tools are found by tool search, "
+            "which this server does not run.",
+            f"{param}.defer_loading",
+        )
     label = raw.get("server_label")
     if not isinstance(label, str) or not LABEL.match(label):
-        raise _fail(f"Invalid '{param}.server_label': expected 1 to 64 letters, digits, "
-                    "underscores or dashes.", f"{param}.server_label")  # fmt: skip
+        raise _fail(
+            f"Invalid '{param}.server_label': expected 1 to 64 letters, digits, "
+            "underscores or dashes.",
+            f"{param}.server_label",
+        )
     url = raw.get("server_url")
     if url is None and label not in configured:
-        raise _fail(f"Missing '{param}.server_url': no MCP server is configured on this server "
-                    f"with the label {label!r}.", f"{param}.server_url")  # fmt: skip
+        raise _fail(
+            f"Missing '{param}.server_url': no MCP server is configured on this server "
+            f"with the label {label!r}.",
+            f"{param}.server_url",
+        )
     authorization = raw.get("authorization")
     if authorization is not None and not isinstance(authorization, str):
-        raise _fail(f"Invalid '{param}.authorization': expected a string.",
-                    f"{param}.authorization")  # fmt: skip
+        raise _fail(
+            f"Invalid '{param}.authorization': expected a string.", f"{param}.authorization"
+        )
     description = raw.get("server_description")
     if description is not None and not isinstance(description, str):
-        raise _fail(f"Invalid '{param}.server_description': expected a string.",
-                    f"{param}.server_description")  # fmt: skip
+        raise _fail(
+            f"Invalid '{param}.server_description': expected a string.",
+            f"{param}.server_description",
+        )
     allowed = raw.get("allowed_tools")
     always, never = _approval(raw.get("require_approval"), f"{param}.require_approval")
     return McpServer(
@@ -199,8 +218,10 @@ def parse_servers(
         if isinstance(raw, dict) and raw.get("type") == "mcp":
             server = parse_server(raw, f"tools[{i}]", configured)
             if any(s.label == server.label for s in servers):
-                raise _fail(f"Invalid 'tools[{i}].server_label': {server.label!r} names two MCP "
-                            "tools.", f"tools[{i}].server_label")  # fmt: skip
+                raise _fail(
+                    f"Invalid 'tools[{i}].server_label': {server.label!r} names two MCP tools.",
+                    f"tools[{i}].server_label",
+                )
             servers.append(server)
     return tuple(servers)
 
@@ -211,8 +232,10 @@ def parse_choice(choice: Any, servers: Sequence[McpServer]) -> McpChoice | None:
         return None
     label, name = choice.get("server_label"), choice.get("name")
     if not any(s.label == label for s in servers):
-        raise _fail(f"Invalid 'tool_choice.server_label': no MCP tool in 'tools' has the label "
-                    f"{label!r}.", "tool_choice.server_label")  # fmt: skip
+        raise _fail(
+            f"Invalid 'tool_choice.server_label': no MCP tool in 'tools' has the label {label!r}.",
+            "tool_choice.server_label",
+        )
     if name is not None and (not isinstance(name, str) or not name):
         raise _fail("Invalid 'tool_choice.name': expected a tool name.", "tool_choice.name")
     return McpChoice(str(label), name)

@@ -18,14 +18,20 @@ from typing import Any
 import httpx
 
 from oars.validator import validate_sse
-from tests.conftest import free_port, new_database
+from tests.conftest import McpProcess, free_port, new_database
 
 ROOT = Path(__file__).parent.parent.parent
 
 
 @contextmanager
 def replica(
-    store: str, name: str, *, chunks: int = 3, delay: float = 0.0, port: int | None = None
+    store: str,
+    name: str,
+    *,
+    chunks: int = 3,
+    delay: float = 0.0,
+    port: int | None = None,
+    mcp_call: str | None = None,
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     port = port or free_port()
     cmd = [
@@ -42,6 +48,7 @@ def replica(
         str(chunks),
         "--delay",
         str(delay),
+        *(["--mcp-call", mcp_call] if mcp_call else []),
     ]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     base = f"http://127.0.0.1:{port}/v1"
@@ -159,3 +166,47 @@ def test_a_live_replica_fails_a_dead_ones_runs(postgres_server: str) -> None:
         proc.wait()
         failed = _until(b, run["id"], ("failed",), timeout=20)
         assert failed["error"]["code"] == "server_error"
+
+
+def test_an_mcp_approval_asked_on_one_replica_runs_on_another(
+    postgres_server: str, mcp_http: McpProcess
+) -> None:
+    url = new_database(postgres_server)
+    open_it = '<tool_call>{"name": "vault__open_vault", "arguments": {"code": "1234"}}</tool_call>'
+    slow = '<tool_call>{"name": "vault__slow", "arguments": {"seconds": 60}}</tool_call>'
+    tool = {"type": "mcp", "server_label": "vault", "server_url": mcp_http.url}
+    with (
+        replica(url, "a", mcp_call=open_it) as (a, _),
+        replica(url, "b", mcp_call=slow) as (b, _),
+    ):
+        asked = httpx.post(f"{a}/responses", json={"input": "open", "tools": [tool]}, timeout=30)
+        request = asked.json()["output"][-1]
+        assert request["type"] == "mcp_approval_request", asked.text
+        answer = {"type": "mcp_approval_response", "approval_request_id": request["id"]}
+        body = {
+            "previous_response_id": asked.json()["id"],
+            "input": [{**answer, "approve": True}],
+            "tools": [tool],
+            "stream": True,
+        }
+        ran = validate_sse(httpx.post(f"{b}/responses", json=body, timeout=30).text)
+        assert ran.ok, ran.text()
+        assert ran.final is not None
+        call, _ = ran.final["output"]
+        assert call["approval_request_id"] == request["id"] and "aubergine" in call["output"]
+
+        # a background response waiting on a slow call, cancelled from the other replica
+        never = {**tool, "require_approval": "never"}
+        run = httpx.post(
+            f"{b}/responses", json={"input": "x", "tools": [never], "background": True}
+        ).json()
+        follow = {"stream": "true"}
+        with httpx.stream("GET", f"{a}/responses/{run['id']}", params=follow, timeout=30) as r:
+            for line in r.iter_lines():  # the call is running on B once A's log shows it
+                if line == "event: response.mcp_call_arguments.done":
+                    break
+        started = time.monotonic()
+        cancelled = httpx.post(f"{a}/responses/{run['id']}/cancel", timeout=30).json()
+        assert cancelled["status"] == "cancelled" and time.monotonic() - started < 10
+        last = cancelled["output"][-1]
+        assert last == {**last, "type": "mcp_call", "status": "incomplete", "output": None}
