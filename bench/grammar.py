@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from oars.engines.grammar import Grammars, limits
-from oars.family import Constraint, GrammarKind
-from oars.tools import call_grammar, parse_tools
+from oars.families import Constraint, GrammarKind
+from oars.families.hermes import call_grammar
+from oars.tools import parse_tools
 from oars.weights import DEFAULT_MODEL, pull
 
 GRAMMAR = Path(__file__).parent.parent / "tests" / "fixtures" / "grammars" / "apply_patch.lark"

@@ -15,7 +15,7 @@ from oars.errors import OarsError, SetupError
 if TYPE_CHECKING:
     from oars.engines.upstream import UpstreamConfig
     from oars.mcp.config import McpConfig
-from oars.family import CALL_FORMATS
+from oars.families import CALL_FORMATS
 
 
 def _env(name: str, default: str) -> str:
@@ -103,6 +103,13 @@ def _parser() -> argparse.ArgumentParser:
         choices=CALL_FORMATS,
         default=None,
         help="how the model writes tool calls (default: guessed from its template)",
+    )
+    serve.add_argument(
+        "--small-model-guards",
+        choices=("auto", "on", "off"),
+        default=_env("SMALL_MODEL_GUARDS", "auto"),
+        help="the workarounds a small Hermes-family model needs after a tool result (auto: on "
+        "for models of at most 1.5B parameters, as the default model)",
     )
     serve.add_argument(
         "--temperature",
@@ -261,6 +268,7 @@ def _serve(args: argparse.Namespace) -> None:
             n_ctx=args.ctx,
             n_threads=args.threads,
             tool_format=args.tool_format,
+            guards={"on": True, "off": False}.get(args.small_model_guards),
             n_gpu_layers=layers,
             parallel=args.parallel,
             queue_depth=args.queue_depth,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from oars.engines.base import ModelInfo, Opened
 from oars.errors import ContextLengthExceeded, EngineError
 from oars.events import Event
-from oars.family import Family, Plan
+from oars.families import Family, Hermes, Plan
 from oars.generation import EngineChunk, EngineRequest, FinishReason, TokenLogprob, Usage
 from oars.normalize import ResponseRequest
 from oars.service import ResponsesService
@@ -42,7 +42,7 @@ class ScriptedEngine:
     script: Script | Callable[[EngineRequest], Script] = ("Hello", " world", "!")
     finish: FinishReason = FinishReason.STOP
     info: ModelInfo = field(default_factory=lambda: ModelInfo("scripted", context_length=4096))
-    family: Family = field(default_factory=lambda: Family("hermes", guards=True))
+    family: Family = field(default_factory=lambda: Hermes(guards=True))
     logprobs: bool = False
     delay: float = 0.0
     busy: bool = False

@@ -9,7 +9,6 @@ tools (web search, file search, …) cannot run here: accepted, never offered.
 from __future__ import annotations
 
 import functools
-import json
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -337,51 +336,3 @@ def resolve(tools: list[Tool], choice: Any, servers: bool = False) -> ToolSet:
         param="tool_choice",
         code="unsupported_value",
     )
-
-
-# ---- the grammar of a call ---------------------------------------------------------------------
-
-
-def _lark_string(text: str) -> str:
-    return json.dumps(json.dumps(text))  # a Lark literal matching the JSON string `"text"`
-
-
-def call_grammar(
-    tools: Sequence[Tool],
-    *,
-    many: bool,
-    relaxed: bool = False,
-    compact: bool = False,
-    answer: str | None = None,
-) -> str:
-    """Lark (llguidance flavour): one call object `{"name": …, "arguments": {…}}` per tool.
-
-    Arguments follow the tool's JSON schema (`relaxed`: any object, for schemas the grammar
-    compiler cannot take); a custom tool's `input` follows its own grammar where one is given.
-    `many` allows further calls after the first. `compact` fixes the layout (forced calls);
-    otherwise whitespace is free, to follow a model that already began a pretty-printed object.
-    `answer` (a JSON schema's text) allows, instead of a call, a JSON answer that follows it.
-    """
-    gap, space = ("", '" "') if compact else ("WS?", "WS?")
-    rules = []
-    for i, tool in enumerate(tools):
-        rules.append(
-            f'call_{i}: "{{" {gap} "\\"name\\"" {gap} ":" {space} {_lark_string(tool.model_name)} {gap} '
-            f'"," {space} "\\"arguments\\"" {gap} ":" {space} args_{i} {gap} "}}"\n'
-            + _arguments_rule(tool, f"args_{i}", relaxed=relaxed, compact=compact)
-        )
-    calls = " | ".join(f"call_{i}" for i in range(len(tools)))
-    sep = '"\\n"' if compact else "WS?"
-    start = f"start: call ({sep} call)*\n" if many else "start: call\n"
-    if answer is not None:
-        schema = json.dumps({**json.loads(answer), "x-guidance": COMPACT_JSON})
-        start = f"start: call | answer\nanswer: %json {schema}\n"
-    return start + f"call: {calls}\n" + "".join(rules) + "WS: /[ \\t\\n]{1,16}/\n"
-
-
-def _arguments_rule(tool: Tool, rule: str, *, relaxed: bool, compact: bool) -> str:
-    # `relaxed` is for schemas the compiler cannot take; a custom tool's pattern was checked
-    # when the request was read, so it stays.
-    schema = tool.call_schema if tool.pattern is not None or not relaxed else ANY_OBJECT
-    schema = {**schema, "x-guidance": COMPACT_JSON if compact else {"whitespace_flexible": True}}
-    return f"{rule}: %json {json.dumps(schema)}\n"

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from oars.errors import InvalidRequest
-from oars.family import Constraint, GrammarKind
+from oars.families import Constraint, GrammarKind
 from oars.tools import COMPACT_JSON, MAX_GRAMMAR
 
 # Compact JSON: no free whitespace between tokens, so a small model cannot wander off in spaces.

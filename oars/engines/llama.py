@@ -35,7 +35,9 @@ from oars.engines.handover import Handover
 from oars.engines.prefix_store import PrefixStore
 from oars.engines.sampler import log_softmax, penalize, sample, top_indices
 from oars.errors import ContextLengthExceeded, EngineError, InvalidRequest
-from oars.family import BARE_CALL_OPENINGS, Constraint, Plan, family_of
+from oars.families import Constraint, Plan, family_of
+from oars.families.detect import parameters
+from oars.families.hermes import BARE_CALL_OPENINGS
 from oars.generation import (
     EngineChunk,
     EngineRequest,
@@ -131,6 +133,7 @@ class LlamaEngine:
         n_ctx: int = 16384,
         n_threads: int | None = None,
         tool_format: str | None = None,
+        guards: bool | None = None,
         n_gpu_layers: int = 0,
         parallel: int | None = None,
         queue_depth: int = 64,
@@ -166,7 +169,10 @@ class LlamaEngine:
         bos, eos = self._piece(self.llm.token_bos()), self._piece(self.llm.token_eos())
         self.template = ChatTemplate(source, bos_token=bos, eos_token=eos)
         self._add_bos = meta.get("tokenizer.ggml.add_bos_token", "false") == "true"
-        self.family = family_of(source, tool_format)
+        size = parameters(meta.get("general.size_label", "")) or float(
+            llama_cpp.llama_model_n_params(self._model)
+        )
+        self.family = family_of(source, tool_format, guards=guards, size=size)
         self.n_ctx = n_ctx  # per sequence
         self.parallel = parallel or default_parallel(n_ctx)
         self.queue_depth = queue_depth

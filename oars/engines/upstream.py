@@ -22,7 +22,7 @@ import httpx
 
 from oars.engines.base import ModelInfo, Opened
 from oars.errors import ClientError, EngineError, UpstreamError, UpstreamRejected
-from oars.family import THINK_TAGS, Family
+from oars.families import THINK_TAGS, Family, make
 from oars.generation import (
     ChatMessage,
     EngineChunk,
@@ -58,7 +58,7 @@ class UpstreamConfig:
 
     @property
     def family(self) -> Family:
-        return Family(self.parse_calls, THINK_TAGS if self.parse_think else None)
+        return make(self.parse_calls, THINK_TAGS if self.parse_think else None)
 
     def headers(self) -> dict[str, str]:
         key = os.environ.get(self.api_key_env, "") if self.api_key_env else ""

@@ -1,15 +1,10 @@
-"""The parser a model family needs: reasoning first, then tool calls in the answer text."""
+"""Parsers composed: `Chain` feeds one parser's text through another (reasoning first, then
+calls in the answer text; see `oars.families`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Protocol
 
-from oars.parsing import harmony, hermes, qwen3_coder
-from oars.parsing.harmony import HarmonyParser
-from oars.parsing.hermes import HermesParser
-from oars.parsing.qwen3_coder import Qwen3CoderParser
-from oars.parsing.reasoning import ThinkParser
 from oars.parsing.segments import Segment, SegmentKind
 
 
@@ -54,42 +49,3 @@ class Chain:
         for seg in segments:
             out += self.second.feed(seg.text) if seg.kind is SegmentKind.TEXT else [seg]
         return out
-
-
-_CALL_MARKERS = {
-    "hermes": (hermes.OPEN, hermes.CLOSE),
-    "qwen3_coder": (qwen3_coder.OPEN, qwen3_coder.CLOSE),
-    "harmony": harmony.MARKERS,
-}
-
-
-def markers_of(tool_format: str, think_tags: tuple[str, str] | None) -> frozenset[str]:
-    """The special strings a family's parser reads: an engine must keep them in the output even
-    where the vocabulary marks them as control tokens (gpt-oss GGUFs mark all of harmony's)."""
-    return frozenset(_CALL_MARKERS.get(tool_format, ()) + (think_tags or ()))
-
-
-def output_parser(
-    *,
-    think_tags: tuple[str, str] | None,
-    in_reasoning: bool,
-    tool_names: frozenset[str],
-    tool_format: str | None = "hermes",
-    string_params: Mapping[str, frozenset[str]] | None = None,
-) -> OutputParser:
-    """The parser for one generation: calls are recognized only for `tool_names` (none with
-    no `tool_format`); `string_params` (per tool, its string-typed parameters) types
-    Qwen3-Coder's XML values."""
-    if tool_format == "harmony":  # channels carry reasoning, answer and calls alike
-        return HarmonyParser(tool_names)
-    first: Parser = (
-        ThinkParser(*think_tags, in_reasoning=in_reasoning) if think_tags else (PassThrough())
-    )
-    second: Parser = (
-        Qwen3CoderParser(tool_names, string_params)
-        if tool_format == "qwen3_coder"
-        else HermesParser(tool_names)
-        if tool_format == "hermes"
-        else PassThrough()
-    )
-    return Chain(first, second)

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from oars.family import THINK_TAGS, Family, GrammarKind, family_of, template_switches
+from oars.families import (
+    THINK_TAGS,
+    Family,
+    GrammarKind,
+    Hermes,
+    Qwen3Coder,
+    family_of,
+    make,
+    template_switches,
+)
+from oars.families.detect import parameters
 from oars.generation import ChatMessage, EngineRequest, OutputFormat
 from oars.parsing import SegmentKind
 from oars.tools import parse_tools, resolve
@@ -12,7 +22,7 @@ WEATHER = {
     "name": "get_weather",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
 }
-SMALL_QWEN = Family("hermes", guards=True)
+SMALL_QWEN = Hermes(guards=True)
 ANSWER = OutputFormat({"type": "object", "properties": {"a": {"type": "integer"}}})
 
 
@@ -26,10 +36,21 @@ def _request(
 
 
 def test_families_are_read_from_chat_templates() -> None:
-    assert family_of("{{ '<tool_call>' }}") == Family("hermes", None, guards=True)
-    assert family_of("<think>{{ x }}<function=") == Family("qwen3_coder", THINK_TAGS)
-    assert family_of("<|channel|>").calls == "harmony"
-    assert family_of("<|channel|>", "hermes").calls == "hermes"  # the operator's word wins
+    assert family_of("{{ '<tool_call>' }}") == Hermes(None, guards=False)
+    assert family_of("<think>{{ x }}<function=") == Qwen3Coder(THINK_TAGS)
+    assert family_of("<|channel|>").name == "harmony"
+    assert family_of("<|channel|>", "hermes").name == "hermes"  # the operator's word wins
+
+
+def test_the_small_model_guards_follow_the_model_size_not_the_call_format() -> None:
+    template = "{{ '<tool_call>' }}"
+    assert family_of(template, size=parameters("0.5B")).guards
+    assert not family_of(template, size=parameters("7B")).guards
+    assert not family_of(template, size=None).guards  # a size the GGUF does not say
+    assert not family_of(template, size=parameters("0.5B"), guards=False).guards
+    assert family_of(template, size=parameters("7B"), guards=True).guards
+    assert not family_of("<function=", size=parameters("0.5B")).guards  # Hermes' own workaround
+    assert [parameters(s) for s in ("494M", "8x7B", "1.5b", "big")] == [4.94e8, 5.6e10, 1.5e9, None]
 
 
 def test_hermes_calls_are_lazy_in_auto_and_forced_from_the_first_token() -> None:
@@ -37,13 +58,13 @@ def test_hermes_calls_are_lazy_in_auto_and_forced_from_the_first_token() -> None
     assert lazy is not None and lazy.kind is GrammarKind.LARK and len(lazy.triggers) == 2
     forced = SMALL_QWEN.plan(_request("required")).constraint
     assert forced is not None and forced.triggers == ()
-    capable = Family("hermes").plan(_request()).constraint
+    capable = Hermes().plan(_request()).constraint
     assert capable is not None and capable.triggers == (r"<tool_call>\s*(\{)",)  # tags only
 
 
 def test_families_with_their_own_call_syntax_get_no_call_grammar() -> None:
     for calls in ("qwen3_coder", "harmony"):
-        family = Family(calls)
+        family = make(calls)
         assert family.plan(_request("required")).constraint is None
         json_only = family.plan(_request(output=ANSWER)).constraint
         assert json_only is not None and json_only.kind is GrammarKind.JSON_SCHEMA
@@ -52,21 +73,21 @@ def test_families_with_their_own_call_syntax_get_no_call_grammar() -> None:
 def test_the_small_model_guards_apply_only_to_families_that_need_them() -> None:
     plan = SMALL_QWEN.plan(_request(after_output=True))
     assert "{" in plan.opening_ban and "`" in plan.opening_ban
-    assert Family("hermes").plan(_request(after_output=True)).opening_ban == ()
+    assert Hermes().plan(_request(after_output=True)).opening_ban == ()
     answer = SMALL_QWEN.plan(_request(output=ANSWER, after_output=True))
     assert answer.tools.mode == "none" and answer.constraint is not None
     assert answer.constraint.kind is GrammarKind.JSON_SCHEMA
-    either = Family("hermes").plan(_request(output=ANSWER, after_output=True)).constraint
+    either = Hermes().plan(_request(output=ANSWER, after_output=True)).constraint
     assert either is not None and "start: call | answer" in either.source
 
 
 def test_parser_reads_the_family_syntax_for_the_callable_tools() -> None:
     tools = resolve(parse_tools([WEATHER]), "auto")
     text = '<think>hm</think><tool_call>{"name": "get_weather", "arguments": {}}</tool_call>'
-    parser = Family("hermes", THINK_TAGS).parser(tools)
+    parser = Hermes(THINK_TAGS).parser(tools)
     kinds = [s.kind for s in parser.feed(text) + parser.finish()]
     assert kinds[0] is SegmentKind.REASONING and SegmentKind.CALL_START in kinds
-    plain = Family(None).parser(tools)
+    plain = Family().parser(tools)
     assert [s.kind for s in plain.feed(text) + plain.finish()] == [SegmentKind.TEXT]
 
 
@@ -77,6 +98,6 @@ def test_reasoning_effort_becomes_template_switches() -> None:
 
 
 def test_other_families_keep_their_calls_beside_a_json_format() -> None:
-    plan = Family("qwen3_coder").plan(_request(output=ANSWER))
+    plan = Qwen3Coder().plan(_request(output=ANSWER))
     assert plan.tools.mode == "auto" and plan.constraint is not None
     assert plan.constraint.kind is GrammarKind.JSON_SCHEMA

@@ -72,14 +72,14 @@ def test_the_database_crashing_mid_stream_ends_the_stream_and_leaves_nothing_hal
 
 def _log_cut_at(script: list[str], cut: int, tools: bool = False) -> tuple[list[Any], Any]:
     """A real run's events, cut after `cut` of them (where its replica died)."""
-    from oars.family import Family
+    from oars.families import Hermes
     from oars.normalize import normalize
     from oars.testing import run_to_end
 
     body: dict[str, Any] = {"model": "m", "input": "x"}
     if tools:
         body["tools"] = [{"type": "function", "name": "f", "parameters": {"type": "object"}}]
-    engine = ScriptedEngine(script, family=Family("hermes", guards=False))
+    engine = ScriptedEngine(script, family=Hermes(guards=False))
     events = run_to_end(ResponsesService(engine), normalize(body, served_model="m"))
     return events[:cut], events[0]["response"]
 

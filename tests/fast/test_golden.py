@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from oars.family import THINK_TAGS, Family
+from oars.families import THINK_TAGS, Harmony, Hermes, Qwen3Coder
 from oars.generation import FinishReason
 from oars.normalize import normalize
 from oars.service import ResponsesService
@@ -30,9 +30,9 @@ PATCH = {
     "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"},
 }
 GOLDEN = Path(__file__).parent.parent / "fixtures" / "golden"
-HARMONY = Family("harmony")
-QWEN3_CODER = Family("qwen3_coder")
-THINKER = Family("hermes", THINK_TAGS, guards=True)
+HARMONY = Harmony()
+QWEN3_CODER = Qwen3Coder()
+THINKER = Hermes(THINK_TAGS, guards=True)
 
 CASES: dict[str, tuple[ScriptedEngine, dict[str, Any]]] = {
     "text": (ScriptedEngine(["Hel", "lo", "!"]), {}),

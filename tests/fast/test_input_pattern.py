@@ -13,8 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from oars.errors import InvalidRequest
+from oars.families.hermes import call_grammar
 from oars.input_pattern import input_pattern
-from oars.tools import call_grammar, parse_tools
+from oars.tools import parse_tools
 
 llguidance = pytest.importorskip("llguidance")
 

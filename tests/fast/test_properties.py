@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from oars.family import THINK_TAGS, Family
+from oars.families import THINK_TAGS, Hermes
 from oars.normalize import normalize
 from oars.parsing.harmony import HarmonyParser
 from oars.parsing.hermes import HermesParser
@@ -96,7 +96,7 @@ TOOL = {
 
 
 def _final(chunks: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    engine = ScriptedEngine(chunks, family=Family("hermes", THINK_TAGS, guards=True))
+    engine = ScriptedEngine(chunks, family=Hermes(THINK_TAGS, guards=True))
     request = normalize({"model": "m", "input": "x", "tools": [TOOL]}, served_model="m")
     events = run_to_end(ResponsesService(engine), request)
     report = validate_events(events)

@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from oars.family import THINK_TAGS, Family
+from oars.families import THINK_TAGS, Hermes
 from oars.http import create_app
 from oars.sealing import Sealer
 from oars.service import ResponsesService
@@ -18,7 +18,7 @@ from oars.store import SqlStore
 from oars.testing import ScriptedEngine
 from oars.validator import same_response, validate_events, validate_sse
 
-THINKER = Family("hermes", THINK_TAGS, guards=True)
+THINKER = Hermes(THINK_TAGS, guards=True)
 Client = httpx.AsyncClient
 
 
