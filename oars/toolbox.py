@@ -123,12 +123,11 @@ class Toolbox:
             model_name = mcp_tool_name(server.label, name)
             if not name or model_name in taken or not server.allows(name, _read_only(listed_tool)):
                 continue
-            schema = listed_tool.get("input_schema")
             self.tools[model_name] = Tool(
                 name=name,
                 kind="mcp",
                 description=str(listed_tool.get("description") or ""),
-                parameters=schema if isinstance(schema, dict) else ANY_OBJECT,
+                parameters=_closed(listed_tool.get("input_schema")),
                 namespace=server.label,
                 offered_as=model_name,
             )
@@ -237,6 +236,18 @@ class Toolbox:
         sessions, self._sessions = list(self._sessions.values()), {}
         if sessions:
             await asyncio.gather(*(s.close() for s in sessions), return_exceptions=True)
+
+
+def _closed(schema: Any) -> Mapping[str, Any]:
+    """A tool's input schema as the model gets it: the arguments it names and no others (a
+    server's schema seldom says `additionalProperties`, and small models copy the schema's
+    `title` into the arguments), without the generated title."""
+    if not isinstance(schema, dict):
+        return ANY_OBJECT
+    closed = {k: v for k, v in schema.items() if k != "title"}
+    if isinstance(closed.get("properties"), dict) and "additionalProperties" not in closed:
+        closed["additionalProperties"] = False
+    return closed
 
 
 def _read_only(listed: Mapping[str, Any]) -> bool:

@@ -281,7 +281,7 @@ class LlamaEngine:
     def prepare(self, request: EngineRequest, *, compile: bool = True) -> Prepared:
         self._surely_fits(request)
         plan = self.family.plan(request)
-        messages = [m.to_template() for m in request.messages]
+        messages = [m.to_template() for m in plan.messages]
         offered = plan.tools.offered if plan.tools.mode != "none" else ()
         tools = [t.to_template() for t in offered]
         prompt = self.template.render(messages, tools, **(plan.template_kwargs or {}))

@@ -160,13 +160,14 @@ def _compaction_wire(item: _Item) -> dict[str, Any]:
 
 
 def _mcp_list_wire(item: _Item) -> dict[str, Any]:
-    return {
+    """As OpenAI sends it: no `error` key unless the listing failed."""
+    wire = {
         "id": item.id,
         "type": "mcp_list_tools",
         "server_label": item.server_label,
         "tools": item.tools,
-        "error": item.error,
     }
+    return {**wire, "error": item.error} if item.error is not None else wire
 
 
 def _mcp_call_wire(item: _Item) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from oars.generation import EngineRequest, OutputFormat
+from oars.generation import ChatMessage, EngineRequest, OutputFormat
 from oars.parsing.pipeline import Chain, OutputParser, Parser, PassThrough
 from oars.parsing.reasoning import ThinkParser
 from oars.tools import ToolSet
@@ -54,6 +54,7 @@ class Plan:
     constraint: Constraint | None
     opening_ban: tuple[str, ...] = ()  # the reply may not open with these (after whitespace)
     template_kwargs: Mapping[str, Any] | None = None
+    messages: tuple[ChatMessage, ...] = ()  # what the template renders
 
 
 @dataclass(frozen=True)
@@ -90,10 +91,15 @@ class Family:
         return self.think_tags is not None and prompt.rstrip().endswith(self.think_tags[0])
 
     def plan(self, request: EngineRequest) -> Plan:
-        """The grammar, callable tools, opening ban and template variables for one request."""
+        """The grammar, callable tools, opening ban, template variables and messages for one
+        request."""
         tools, constraint = self._constraint(request)
         ban = self._opening_ban(request, tools)
-        return Plan(tools, constraint, ban, template_switches(request.reasoning_effort))
+        switches = template_switches(request.reasoning_effort)
+        return Plan(tools, constraint, ban, switches, self._messages(request.messages))
+
+    def _messages(self, messages: tuple[ChatMessage, ...]) -> tuple[ChatMessage, ...]:
+        return messages
 
     def _constraint(self, request: EngineRequest) -> tuple[ToolSet, Constraint | None]:
         """A JSON `text.format` holds the answer; calls, in the family's own syntax, stay

@@ -8,9 +8,12 @@ under its JSON schema.
 
 `guards`: the workarounds of the family's small models (measured on the default 0.5B, see
 `detect`). They write calls as a bare JSON object or one in a ```json fence: that is read as a
-call too. After a tool's result they write the call again instead of answering: there, the reply
-may not open with a bare object (`BARE_CALL_OPENINGS`; calls in the tags stay possible), and a
-JSON `text.format` is the answer rather than another call.
+call too. After a tool's result they write the call again instead of answering. There, the
+reply may not open with a bare object (`BARE_CALL_OPENINGS`; calls in the tags stay possible),
+a JSON `text.format` is the answer rather than another call, and each tool result ends with
+`RESULT_HINT`: with the ban alone the 0.5B model wrote the call after a stray first token
+(`>{"name": …}`, `Mark the function name as …`); with the hint as well it answered with the
+result (the weather and vault replays of `tests/model/test_tools.py`).
 """
 
 from __future__ import annotations
@@ -18,11 +21,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from oars.families.base import Constraint, Family, GrammarKind, json_answer
-from oars.generation import EngineRequest
+from oars.generation import ChatMessage, EngineRequest
 from oars.parsing import hermes
 from oars.parsing.hermes import HermesParser
 from oars.parsing.pipeline import Parser
@@ -31,6 +34,7 @@ from oars.tools import ANY_OBJECT, COMPACT_JSON, Tool, ToolSet
 # After a tool result, small models tend to repeat the call as a bare JSON object instead of
 # answering: under the guards, the reply may not open with these.
 BARE_CALL_OPENINGS = ("{", "`", "(", "[", '"')
+RESULT_HINT = "Answer the question now, in words, with this result."
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,14 @@ class Hermes(Family):
         if calls is None or (self.guards and request.after_tool_output):
             return ToolSet(tools.offered, (), "none"), answer
         return tools, _answer_or_call(tools, answer)
+
+    def _messages(self, messages: tuple[ChatMessage, ...]) -> tuple[ChatMessage, ...]:
+        if not self.guards:
+            return messages
+        return tuple(
+            replace(m, content=f"{m.content}\n\n{RESULT_HINT}") if m.role == "tool" else m
+            for m in messages
+        )
 
     def _opening_ban(self, request: EngineRequest, tools: ToolSet) -> tuple[str, ...]:
         guarded = self.guards and request.after_tool_output and tools.mode == "auto"

@@ -119,12 +119,10 @@ def listed_tool(tool: Any) -> Json:
     """An MCP tool as `mcp_list_tools` shows it (its `readOnlyHint` as `read_only`)."""
     annotations = getattr(tool, "annotations", None)
     read_only = bool(annotations is not None and annotations.read_only_hint)
-    return {
-        "name": tool.name,
-        "input_schema": tool.input_schema,
-        "description": tool.description,
-        "annotations": {"read_only": read_only},
-    }
+    listed = {"name": tool.name, "input_schema": tool.input_schema}
+    if tool.description is not None:  # absent, not null: clients' schemas say so
+        listed["description"] = tool.description
+    return {**listed, "annotations": {"read_only": read_only}}
 
 
 def output_of(result: Any, limit: int) -> str:

@@ -227,13 +227,18 @@ def parse_servers(
 
 
 def parse_choice(choice: Any, servers: Sequence[McpServer]) -> McpChoice | None:
-    """`tool_choice` of type `mcp` (None for any other choice)."""
+    """`tool_choice` of type `mcp` (None for any other choice). Without a `server_label` (the
+    AI SDK and the Agents SDK send `{"type": "mcp"}`), the request's only MCP server."""
     if not isinstance(choice, dict) or choice.get("type") != "mcp":
         return None
     label, name = choice.get("server_label"), choice.get("name")
+    if label is None and len(servers) == 1:
+        label = servers[0].label
     if not any(s.label == label for s in servers):
         raise _fail(
-            f"Invalid 'tool_choice.server_label': no MCP tool in 'tools' has the label {label!r}.",
+            f"Invalid 'tool_choice.server_label': no MCP tool in 'tools' has the label {label!r}."
+            if label is not None
+            else "Missing 'tool_choice.server_label': the request has several MCP tools.",
             "tool_choice.server_label",
         )
     if name is not None and (not isinstance(name, str) or not name):

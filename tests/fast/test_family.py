@@ -13,6 +13,7 @@ from oars.families import (
     template_switches,
 )
 from oars.families.detect import parameters
+from oars.families.hermes import RESULT_HINT
 from oars.generation import ChatMessage, EngineRequest, OutputFormat
 from oars.parsing import SegmentKind
 from oars.tools import parse_tools, resolve
@@ -101,3 +102,16 @@ def test_other_families_keep_their_calls_beside_a_json_format() -> None:
     plan = Qwen3Coder().plan(_request(output=ANSWER))
     assert plan.tools.mode == "auto" and plan.constraint is not None
     assert plan.constraint.kind is GrammarKind.JSON_SCHEMA
+
+
+def test_the_guards_end_each_tool_result_with_a_hint_to_answer() -> None:
+    messages = (
+        ChatMessage("user", "q"),
+        ChatMessage("assistant", "", tool_calls=({"type": "function", "id": "c"},)),
+        ChatMessage("tool", "18C", tool_call_id="c"),
+    )
+    request = EngineRequest(messages, after_tool_output=True)
+    hinted = Hermes(guards=True).plan(request).messages
+    assert hinted[-1].content == f"18C\n\n{RESULT_HINT}" and hinted[:2] == messages[:2]
+    assert Hermes().plan(request).messages == messages
+    assert Qwen3Coder().plan(request).messages == messages

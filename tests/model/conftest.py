@@ -44,7 +44,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def agent_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A server for agent clients: their prompts are long, and they send no temperature, so the
     server's default is 0 to keep the small model's turns reproducible."""
-    yield from _serve(tmp_path_factory, "--ctx", "16384", "--temperature", "0")
+    yield from _serve(
+        tmp_path_factory,
+        *("--ctx", "16384", "--temperature", "0"),
+        *("--mcp-allow", "http://127.0.0.1"),  # the tests' MCP servers
+    )
 
 
 MODEL = "qwen2.5-coder-0.5b-instruct"
