@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,6 +75,7 @@ class _Part:
     type: str  # "output_text" | "reasoning_text"
     text: str = ""
     logprobs: list[TokenLogprob] = field(default_factory=list)
+    closed: bool = False  # its done events are out
 
     def wire(self) -> dict[str, Any]:
         if self.type == "reasoning_text":
@@ -107,9 +108,13 @@ class _Item:
     error: dict[str, Any] | str | None = None  # mcp_call: an error object; mcp_list_tools: text
     approval_request_id: str | None = None  # mcp_call: the approval it ran after
     tools: list[dict[str, Any]] = field(default_factory=list)  # mcp_list_tools
+    # MCP items: "running" (listing or calling), then "ended" (a listing's end is out) or the
+    # call's outcome ("completed", "failed"), which its done item keeps
+    stage: str = "added"
+    done: dict[str, Any] | None = None  # an item replayed from a log, as it was done
 
     def wire(self) -> dict[str, Any]:
-        return _ITEM_WIRE[self.type](self)
+        return self.done if self.done is not None else _ITEM_WIRE[self.type](self)
 
 
 def _message_wire(item: _Item) -> dict[str, Any]:
@@ -252,6 +257,42 @@ class ResponseBuilder:
         self._error: dict[str, Any] | None = None
         self._incomplete_reason: str | None = None
         self._completed_at: int | None = None
+
+    # ---- a response whose replica died ------------------------------------------------
+
+    @classmethod
+    def replay(cls, logged: Sequence[Event], snapshot: Mapping[str, Any]) -> ResponseBuilder:
+        """The builder of a response whose replica died, as far as its log shows it: the
+        items it finished, the one it had open as far as its deltas went. `restart()` then
+        makes what the log lacks of the stream's opening, and `fail()` ends it as this builder
+        would have ended it."""
+        echo = {k: v for k, v in snapshot.items() if k not in _OWN}
+        builder = cls(echo, model=snapshot["model"])
+        builder.id, builder.created_at = snapshot["id"], snapshot["created_at"]
+        builder.status = "in_progress"
+        for event in logged:
+            builder._replayed(event)
+        builder._seq = len(logged)  # a log's sequence numbers are its positions
+        return builder
+
+    def restart(self) -> list[Event]:
+        """What a replayed log lacks of `response.created` and `response.in_progress`."""
+        if self._seq == 0:
+            return self.start()
+        if self._seq == 1:
+            return [self._emit("response.in_progress", response=self.response)]
+        return []
+
+    def _replayed(self, event: Event) -> None:
+        kind, item = event["type"], self._open
+        if kind == "response.output_item.added":
+            self._open = _replayed_item(event["item"], event["output_index"])
+            self._items.append(self._open)
+        elif kind == "response.output_item.done":
+            self._items[event["output_index"]].done = event["item"]
+            self._open = None
+        elif item is not None:
+            _REPLAYED.get(kind, _ignored)(item, event)
 
     # ---- the snapshot -------------------------------------------------------------------
 
@@ -530,18 +571,21 @@ class ResponseBuilder:
     def list_tools(self, label: str) -> list[Event]:
         """A server's tools are being listed: the item opens with no tools yet."""
         item, events = self._add_item(type="mcp_list_tools", id=new_id("mcpl"), server_label=label)
-        events.append(self._emit("response.mcp_list_tools.in_progress", **self._at(item)))
-        return events
+        return events + self._listing(item)
+
+    def _listing(self, item: _Item) -> list[Event]:
+        item.stage = "running"
+        return [self._emit("response.mcp_list_tools.in_progress", **self._at(item))]
 
     def tools_listed(self, tools: list[dict[str, Any]]) -> list[Event]:
         item = self._open_of("mcp_list_tools")
-        item.tools = tools
+        item.tools, item.stage = tools, "ended"
         events = [self._emit("response.mcp_list_tools.completed", **self._at(item))]
         return events + self._close("completed")
 
     def tools_not_listed(self, error: str) -> list[Event]:
         item = self._open_of("mcp_list_tools")
-        item.error = error
+        item.error, item.stage = error, "ended"
         events = [self._emit("response.mcp_list_tools.failed", **self._at(item))]
         return events + self._close("failed")
 
@@ -602,9 +646,13 @@ class ResponseBuilder:
             events = self._close_part(item)
         elif item.type in ("function_call", "custom_tool_call"):
             events = self._close_call(item)
+        elif item.type == "mcp_list_tools" and item.stage != "ended":  # stopped while listing
+            item.error = "The listing of the MCP server's tools did not finish."
+            events = self._listing(item) if item.stage == "added" else []
+            events.append(self._emit("response.mcp_list_tools.failed", **self._at(item)))
         else:
-            events = []  # MCP items close themselves (see the MCP section)
-        item.status = status
+            events = []  # an mcp_call: cut before it ran or while it ran (or replayed after)
+        item.status = item.stage if item.stage in ("completed", "failed") else status
         if item.type == "reasoning" and self._seal is not None:
             item.encrypted = self._seal("".join(p.text for p in item.parts))
         events.append(
@@ -618,6 +666,9 @@ class ResponseBuilder:
         events: list[Event] = []
         index = len(item.parts) - 1
         part = item.parts[index]
+        if part.closed:
+            return events
+        part.closed = True
         done_fields: dict[str, Any] = {"text": part.text}
         if part.type == "output_text":
             done_fields["logprobs"] = [stream_logprob(lp) for lp in part.logprobs]
@@ -671,3 +722,88 @@ def usage_wire(usage: Usage) -> dict[str, Any]:
         "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
         "total_tokens": usage.input_tokens + usage.output_tokens,
     }
+
+
+# The snapshot's fields the builder makes (the rest echo the request).
+_OWN = frozenset(
+    {
+        "id",
+        "object",
+        "created_at",
+        "status",
+        "completed_at",
+        "error",
+        "incomplete_details",
+        "model",
+        "output",
+        "usage",
+    }
+)
+
+
+def _replayed_item(wire: Mapping[str, Any], output_index: int) -> _Item:
+    """An item as its `output_item.added` showed it, open (its deltas follow)."""
+    fields = {k: wire[k] for k in ("call_id", "name", "namespace", "server_label") if k in wire}
+    item = _Item(type=wire["type"], id=wire["id"], output_index=output_index, **fields)
+    item.phase = wire.get("phase") or ""
+    item.approval_request_id = wire.get("approval_request_id")
+    if item.type == "custom_tool_call":
+        item.input_field = StringField("input")
+    return item
+
+
+def _ignored(item: _Item, event: Event) -> None:
+    return None
+
+
+def _part_added(item: _Item, event: Event) -> None:
+    item.parts.append(_Part(event["part"]["type"]))
+
+
+def _part_delta(item: _Item, event: Event) -> None:
+    item.parts[-1].text += event["delta"]
+
+
+def _part_done(item: _Item, event: Event) -> None:
+    item.parts[-1].closed = True
+
+
+def _arguments_delta(item: _Item, event: Event) -> None:
+    item.arguments += event["delta"]
+
+
+def _input_delta(item: _Item, event: Event) -> None:
+    item.streamed += event["delta"]
+    item.arguments = json.dumps({"input": item.streamed})  # what closing it reads back
+
+
+def _mcp_arguments(item: _Item, event: Event) -> None:
+    item.streamed += event["delta"]
+
+
+def _list_running(item: _Item, event: Event) -> None:
+    item.stage = "running"
+
+
+def _list_ended(item: _Item, event: Event) -> None:
+    item.stage = "ended"
+
+
+def _call_ended(item: _Item, event: Event) -> None:
+    item.stage = event["type"].rpartition(".")[2]  # completed | failed
+
+
+_REPLAYED: dict[str, Callable[[_Item, Event], None]] = {
+    "response.content_part.added": _part_added,
+    "response.output_text.delta": _part_delta,
+    "response.reasoning_text.delta": _part_delta,
+    "response.content_part.done": _part_done,
+    "response.function_call_arguments.delta": _arguments_delta,
+    "response.custom_tool_call_input.delta": _input_delta,
+    "response.mcp_call_arguments.delta": _mcp_arguments,
+    "response.mcp_list_tools.in_progress": _list_running,
+    "response.mcp_list_tools.completed": _list_ended,
+    "response.mcp_list_tools.failed": _list_ended,
+    "response.mcp_call.completed": _call_ended,
+    "response.mcp_call.failed": _call_ended,
+}

@@ -829,3 +829,36 @@ def test_a_compaction_summarizes_the_calls(mcp_http: McpProcess) -> None:
     summary_prompt = engine.requests[0].messages[1].content
     assert 'vault.open_vault({"code": "1234"})' in summary_prompt and "aubergine" in summary_prompt
     assert r.json()["output"][-1]["type"] == "compaction"
+
+
+def test_a_long_result_is_cut_to_what_the_model_may_read(mcp_http: McpProcess) -> None:
+    engine = ScriptedEngine(steps([_call("vault__echo", {"text": "x" * 500})], ["ok"]))
+    events = _stream(engine, {"input": "x", "tools": [mcp(mcp_http)]}, max_output_chars=100)
+    output = _output(events)[1]["output"]
+    assert output.startswith("x" * 100) and output.endswith("[… 400 more characters left out]")
+    assert engine.requests[-1].messages[-1].content == output
+
+
+def test_a_dead_replica_s_log_is_closed_into_a_valid_stream_wherever_it_stopped(
+    mcp_http: McpProcess,
+) -> None:
+    """Cut mid-listing, mid-call or after: the replayed builder ends the log as it would have
+    (a listing that had not finished gets its `.failed`)."""
+    from oars.events.orphan import orphan_ending
+    from oars.normalize import normalize
+    from oars.testing import run_to_end
+    from oars.validator import validate_events
+
+    engine = ScriptedEngine(steps([OPEN], [ANSWER]))
+    toolboxes = ToolboxFactory(McpConfig.of(allow=["http://127.0.0.1"]))
+    body = {"model": "m", "input": "x", "tools": [mcp(mcp_http)]}
+    whole = run_to_end(
+        ResponsesService(engine, toolboxes=toolboxes), normalize(body, served_model="m")
+    )
+    assert validate_events(whole).ok
+    for cut in range(len(whole) - 1):
+        logged = whole[:cut]
+        ending, final = orphan_ending(logged, whole[0]["response"], streamed=True)
+        report = validate_events(logged + ending)
+        assert report.ok, (cut, report.text())
+        assert final["status"] == "failed" and ending[-1]["response"] == final

@@ -141,3 +141,29 @@ def test_dependency_direction() -> None:
         if not rel.startswith("http/") and rel != "cli.py":
             assert not any(n.startswith("oars.http") for n in ours), rel
             assert "starlette" not in " ".join(_imports(path)), rel
+
+
+def _imported_names(path: Path, module: str) -> set[str]:
+    return {
+        alias.name
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and node.module == module
+        for alias in node.names
+    }
+
+
+def test_one_home_for_what_cuts_across() -> None:
+    """The renderer is the turn's alone; routes see stored state only through their tenant's
+    view; the MCP package and the families stand on their own."""
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE).as_posix()
+        ours = {n for n in _imports(path) if n.startswith("oars")}
+        if rel != "turn.py":
+            assert "render" not in _imported_names(path, "oars.prompt"), rel
+        if rel.startswith("http/"):
+            assert "oars.store.tenant" not in ours, rel
+        if rel.startswith("mcp/"):
+            assert all(n.startswith(("oars.mcp", "oars.errors")) for n in ours), rel
+        if rel.startswith("families/"):
+            allowed = ("oars.families", "oars.parsing", "oars.generation", "oars.tools")
+            assert all(n.startswith(allowed) for n in ours), rel
