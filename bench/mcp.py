@@ -9,7 +9,9 @@ HTTP on loopback). Alternating rep by rep, non-streamed, the client times:
 - `call, listed`: the model calls `open_vault` (forced), the call runs, the model answers: the
   listing, the call and a second generation;
 - `call, listing reused`: the same after `previous_response_id` of a response that listed, so
-  the server is not listed again.
+  the server is not listed again (and the prompt's start is cached).
+
+Token counts are summed over the response's generations (two for a call).
 
 With the scripted engine (the default) the model's time is nil, so the figures are what oars
 and the MCP round trips cost; `--model` runs the default model (greedy, answers of at most 24
@@ -109,17 +111,25 @@ def main() -> None:
     folder = tempfile.mkdtemp(prefix="oars-bench-mcp-")
     proc, base = _server(args.model, folder)
     times: dict[str, list[float]] = {"plain": [], "call, listed": [], "call, listing reused": []}
+    fresh: dict[str, list[int]] = {name: [] for name in times}  # input tokens not cached
+    written: dict[str, list[int]] = {name: [] for name in times}  # output tokens
     try:
         _, listed = _timed(base, forced)  # warm: the first connection, the first prompt
         for _ in range(args.reps):
-            times["plain"].append(_timed(base, common)[0])
-            took, response = _timed(base, forced)
-            assert [i["type"] for i in response["output"]][:2] == ["mcp_list_tools", "mcp_call"]
-            times["call, listed"].append(took)
-            again = {**forced, "previous_response_id": listed["id"]}
-            took, response = _timed(base, again)
-            assert response["output"][0]["type"] == "mcp_call", response["output"]
-            times["call, listing reused"].append(took)
+            runs = {
+                "plain": common,
+                "call, listed": forced,
+                "call, listing reused": {**forced, "previous_response_id": listed["id"]},
+            }
+            for name, body in runs.items():
+                took, response = _timed(base, body)
+                kinds = [i["type"] for i in response["output"]]
+                assert name == "plain" or "mcp_call" in kinds, kinds
+                times[name].append(took)
+                usage = response["usage"]
+                cached = usage["input_tokens_details"]["cached_tokens"]
+                fresh[name].append(usage["input_tokens"] - cached)
+                written[name].append(usage["output_tokens"])
     finally:
         proc.terminate()
         proc.wait(30)
@@ -127,15 +137,16 @@ def main() -> None:
     plain = statistics.median(times["plain"])
     engine = "the default model" if args.model else "the scripted engine"
     print(f"{args.reps} reps, {engine}; medians (p10-p90), and the time added to `plain`\n")
-    print("| response | median | p10-p90 | added |")
-    print("|---|---|---|---|")
+    print("| response | median | p10-p90 | added | input tokens not cached | output tokens |")
+    print("|---|---|---|---|---|---|")
     for name, values in times.items():
         cuts = statistics.quantiles(values, n=10)
         median = statistics.median(values)
         added = "" if name == "plain" else f"+{(median - plain) * 1000:.1f} ms"
         print(
             f"| {name} | {median * 1000:.1f} ms | {cuts[0] * 1000:.1f}-{cuts[-1] * 1000:.1f} ms "
-            f"| {added} |"
+            f"| {added} | {statistics.median(fresh[name]):.0f} "
+            f"| {statistics.median(written[name]):.0f} |"
         )
 
 

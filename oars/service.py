@@ -107,7 +107,7 @@ class ResponsesService:
         return Generation(engine, turn, builder, first=first, toolbox=toolbox)
 
     async def _toolbox(self, turn: Turn) -> Toolbox | None:
-        if not turn.request.servers or not turn.request.generate:
+        if not turn.request.generate or not (turn.request.servers or turn.approved()):
             return None
         if self.toolboxes is None:
             raise ClientError(
@@ -166,10 +166,6 @@ class Generation:
     @property
     def id(self) -> str:
         return self.builder.id
-
-    @property
-    def response(self) -> dict[str, object]:
-        return self.builder.response
 
     async def events(self, clock: TokenClock | None = None) -> AsyncGenerator[Event, None]:
         """Every event of the response, its ending included; `clock` is told of the tokens."""

@@ -862,3 +862,16 @@ def test_a_dead_replica_s_log_is_closed_into_a_valid_stream_wherever_it_stopped(
         report = validate_events(logged + ending)
         assert report.ok, (cut, report.text())
         assert final["status"] == "failed" and ending[-1]["response"] == final
+
+
+def test_an_approval_without_its_mcp_tool_is_a_400(mcp_http: McpProcess) -> None:
+    request = {
+        "type": "mcp_approval_request",
+        "id": "mcpr_1",
+        "server_label": "vault",
+        "name": "open_vault",
+        "arguments": "{}",
+    }
+    answer = {"type": "mcp_approval_response", "approval_request_id": "mcpr_1", "approve": True}
+    r = _post(ScriptedEngine(), {"input": [{"role": "user", "content": "x"}, request, answer]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tools", r.text

@@ -55,7 +55,8 @@ def test_vercel_ai_sdk_second_turn_with_item_reference(server: str) -> None:
     assert result["finishReasons"][1] in ("stop", "length"), result
 
 
-def test_openai_agents_tool_loop(agent_server: str) -> None:
+def test_openai_agents_tool_loop(agent_server: str, guarded: bool = True) -> None:
+    """`guarded`: the small model's guards apply (the embedded engine; not an upstream's)."""
     from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
     from openai import AsyncOpenAI
 
@@ -84,6 +85,6 @@ def test_openai_agents_tool_loop(agent_server: str) -> None:
 
     result = asyncio.run(run())
     assert seen and "paris" in seen[0].lower()
-    # the answer reads the tool's result, not a call written again ("Mark{…", ">{"name"…")
-    assert isinstance(result.final_output, str) and "rain" in result.final_output.lower()
-    assert "{" not in result.final_output, result.final_output
+    assert isinstance(result.final_output, str) and result.final_output.strip()
+    if guarded:  # the answer reads the tool's result, not a call written again ("Mark{…")
+        assert "rain" in result.final_output.lower() and "{" not in result.final_output
