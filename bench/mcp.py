@@ -26,11 +26,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from tests.conftest import McpProcess, free_port
+from tests.model.conftest import _wait_ready
 
 QUESTION = "Open the vault with the code 1234 and tell me the word inside."
 SCRIPTED = """
@@ -51,37 +53,18 @@ uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
 """
 
 
-def _server(model: bool, folder: str) -> tuple[subprocess.Popen[bytes], str]:
+def _server(model: bool, folder: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     store = f"sqlite:///{folder}/oars.db"
-    if model:
-        cmd = [
-            sys.executable,
-            "-m",
-            "oars.cli",
-            "serve",
-            "--port",
-            str(port),
-            "--store",
-            store,
-            "--temperature",
-            "0",
-            "--mcp-allow",
-            "http://127.0.0.1",
-        ]
-    else:
-        cmd = [sys.executable, "-c", SCRIPTED, str(port), store]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}/v1"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{base.removesuffix('/v1')}/health", timeout=1).status_code == 200:
-                return proc, base
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError("the server did not start")
+    serve = [sys.executable, "-m", "oars.cli", "serve", "--port", str(port), "--store", store]
+    options = ["--temperature", "0", "--mcp-allow", "http://127.0.0.1"]
+    cmd = [*serve, *options] if model else [sys.executable, "-c", SCRIPTED, str(port), store]
+    log = folder / "server.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    _wait_ready(base, proc, log)
+    return proc, f"{base}/v1"
 
 
 def _timed(base: str, body: dict[str, Any]) -> tuple[float, dict[str, Any]]:
@@ -108,7 +91,7 @@ def main() -> None:
     }
     common = {"model": "bench", "input": QUESTION, "max_output_tokens": 24}
     forced = {**common, "tools": [tool], "tool_choice": {"type": "mcp", "server_label": "vault"}}
-    folder = tempfile.mkdtemp(prefix="oars-bench-mcp-")
+    folder = Path(tempfile.mkdtemp(prefix="oars-bench-mcp-"))
     proc, base = _server(args.model, folder)
     times: dict[str, list[float]] = {"plain": [], "call, listed": [], "call, listing reused": []}
     fresh: dict[str, list[int]] = {name: [] for name in times}  # input tokens not cached
