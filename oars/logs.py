@@ -28,6 +28,7 @@ FIELDS = (
     "ttft_ms",
 )
 FORMATS = ("text", "json")
+QUIET = ("httpx", "httpx2", "httpcore", "httpcore2", "mcp", "mcp_types")
 
 
 class _RequestIdFilter(logging.Filter):
@@ -70,3 +71,7 @@ def setup(level: str, fmt: str) -> None:
         logger.handlers = []
         logger.propagate = True
     logging.getLogger("uvicorn.access").disabled = True  # oars.access logs each request
+    # HTTP clients log every request's URL at INFO, the MCP SDK at DEBUG: a URL a request gave
+    # (an MCP server's, query and userinfo included) is the client's secret to keep.
+    for name in QUIET:
+        logging.getLogger(name).setLevel(logging.WARNING)

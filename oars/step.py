@@ -97,6 +97,7 @@ class Step:
         self.usage = Usage()
         self.client_calls = 0  # calls the client runs
         self.server_calls = 0  # calls this server ran (or asked approval for)
+        self.cut = False  # it ended inside a call to a server-side tool
         self._single_call = single_call
         self._calls_done = 0
         self._degraded = 0
@@ -203,6 +204,7 @@ class Step:
         pending, self._pending = self._pending, None
         if pending is None:
             return []
+        self.cut = True
         tool = pending.tool
         return [
             *self.release(),

@@ -19,8 +19,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any
 
 from oars.errors import DependencyFailed, InvalidRequest
@@ -37,6 +38,8 @@ log = logging.getLogger("oars.mcp")
 
 Json = dict[str, Any]
 Observe = Callable[[str, str, float], None]  # (server, outcome, seconds) of one call
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")  # what MCP asks tool names to be
+_MAX_TOOL = 65_536  # characters of one listed tool (its schema), offered to the model
 
 
 class ToolboxFactory:
@@ -73,6 +76,7 @@ class Toolbox:
         self.read_only: dict[str, bool] = {}  # by that name
         self.ran = 0  # calls run, against `max_tool_calls`
         self.asked = False  # an approval was asked for: the response ends after the step
+        self._callable: frozenset[str] = frozenset()  # what the model may call in this step
         self._sessions: dict[str, Session] = {}
 
     # ---- before the first step ----------------------------------------------------------
@@ -95,11 +99,21 @@ class Toolbox:
                 else f"Invalid 'tool_choice': the MCP server {choice.label!r} offers no tools.",
                 param="tool_choice",
             )
-        for approval, _ in self.turn.approved():
-            server = self.servers[str(approval["server_label"])]
-            call = (str(approval["name"]), str(approval["arguments"]), str(approval["id"]))
-            async for event in self._execute(builder, server, *call):
+        for approval in _once(a for a, _ in self.turn.approved()):
+            async for event in self._approved(builder, approval):
                 yield event
+
+    async def _approved(self, builder: ResponseBuilder, approval: Json) -> AsyncIterator[Event]:
+        """A call the client approved runs at once, if its tool is still allowed and the
+        budget has room (as any call)."""
+        server, name = self.servers[str(approval["server_label"])], str(approval["name"])
+        allowed = self.tools.get(mcp_tool_name(server.label, name))
+        if allowed is None or not self._budget_left():
+            log.info("approved call to %s not run: not offered, or max_tool_calls reached", name)
+            return
+        call = (name, str(approval["arguments"]), str(approval["id"]))
+        async for event in self._execute(builder, server, *call):
+            yield event
 
     async def _list(self, builder: ResponseBuilder, server: McpServer) -> AsyncIterator[Event]:
         for event in builder.list_tools(server.label):
@@ -117,11 +131,20 @@ class Toolbox:
             yield event
 
     def _offer(self, server: McpServer, listed: list[Json]) -> None:
-        taken = {t.model_name for t in self.request.tools.offered}
+        """A server's tools, as the model may call them: those `allowed_tools` keeps, with a
+        name a model can write and a schema of a sane size, and a model name no other tool has."""
+        taken = {t.model_name for t in self.request.tools.offered} | set(self.tools)
         for listed_tool in listed:
             name = str(listed_tool.get("name", ""))
             model_name = mcp_tool_name(server.label, name)
-            if not name or model_name in taken or not server.allows(name, _read_only(listed_tool)):
+            usable = _TOOL_NAME.fullmatch(name) and len(json.dumps(listed_tool)) <= _MAX_TOOL
+            if (
+                not usable
+                or model_name in taken
+                or not server.allows(name, _read_only(listed_tool))
+            ):
+                if model_name in taken or not usable:
+                    log.warning("MCP server %r: tool %r not offered", server.label, name[:80])
                 continue
             self.tools[model_name] = Tool(
                 name=name,
@@ -138,6 +161,11 @@ class Toolbox:
     def toolset(self, steps: int) -> ToolSet:
         """What the model may call in the step after `steps` steps: the request's tools and
         the servers' (these while the budget and the cap on steps allow)."""
+        toolset = self._toolset(steps)
+        self._callable = toolset.names
+        return toolset
+
+    def _toolset(self, steps: int) -> ToolSet:
         base = self.request.tools
         servers = tuple(self.tools.values())
         offered = base.offered + servers
@@ -153,8 +181,11 @@ class Toolbox:
         return ToolSet(offered, base.callable + callable_, mode)
 
     def _may_call(self, steps: int) -> bool:
+        return steps + 1 < self.config.max_rounds and self._budget_left()
+
+    def _budget_left(self) -> bool:
         budget = self.request.max_tool_calls
-        return steps + 1 < self.config.max_rounds and (budget is None or self.ran < budget)
+        return budget is None or self.ran < budget
 
     def _chosen(self, tool: Tool) -> bool:
         choice = self.request.mcp_choice
@@ -172,6 +203,7 @@ class Toolbox:
         return (
             step.server_calls > 0
             and not self.asked
+            and not step.cut
             and step.client_calls == 0
             and step.finish in (FinishReason.STOP, FinishReason.TOOL_CALLS)
             and steps < self.config.max_rounds
@@ -182,9 +214,10 @@ class Toolbox:
         dropped."""
         tool = call.tool
         server = self.servers[str(tool.namespace)]
-        budget = self.request.max_tool_calls
-        if budget is not None and self.ran >= budget:
-            log.info("call to %s dropped: max_tool_calls (%d) reached", tool.model_name, budget)
+        if tool.model_name not in self._callable or not self._budget_left():
+            # past `max_tool_calls`, or the last step (an engine that does not hold the model
+            # to what it may call, such as an upstream, may still write one): no item
+            log.info("call to %s dropped: not callable now", tool.model_name)
             return
         if server.needs_approval(tool.name, self.read_only.get(tool.model_name, False)):
             self.asked = True
@@ -236,6 +269,14 @@ class Toolbox:
         sessions, self._sessions = list(self._sessions.values()), {}
         if sessions:
             await asyncio.gather(*(s.close() for s in sessions), return_exceptions=True)
+
+
+def _once(approvals: Iterable[Json]) -> list[Json]:
+    """Each approved request once (a client may send its approval twice)."""
+    seen: dict[str, Json] = {}
+    for approval in approvals:
+        seen.setdefault(str(approval.get("id")), approval)
+    return list(seen.values())
 
 
 def _closed(schema: Any) -> Mapping[str, Any]:

@@ -146,7 +146,7 @@ MAX_GRAMMAR = 65_536  # characters of a custom tool's grammar
 def check_name(name: str, param: str) -> None:
     """Tool and namespace names as OpenAI takes them: 1-64 letters, digits, `_` or `-` (the
     model writes them back, and a long one makes the call grammar explode)."""
-    if not NAME.match(name):
+    if not NAME.fullmatch(name):
         raise InvalidRequest(
             f"Invalid '{param}': {name[:80]!r} is not a valid name; expected 1 "
             "to 64 letters, digits, underscores or dashes.",

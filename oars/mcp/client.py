@@ -40,6 +40,7 @@ log = logging.getLogger("oars.mcp")
 Json = dict[str, Any]
 _MAX_PAGES = 20  # of a tool listing
 _CLOSE_SECONDS = 5.0
+SSE_IDLE_SECONDS = 3600.0  # an SSE session waits for the model's next call, which may be slow
 
 
 @dataclass(frozen=True)
@@ -55,14 +56,14 @@ class Limits:
 @dataclass(frozen=True)
 class Endpoint:
     """Where a server is: a URL (with the headers every request carries), or a command that
-    speaks MCP on its stdin and stdout. `trusted`: it may be on any address."""
+    speaks MCP on its stdin and stdout."""
 
     label: str
     url: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
     command: tuple[str, ...] = ()
     env: Mapping[str, str] | None = field(default=None, repr=False)
-    trusted: bool = False
+    trusted: bool = False  # the operator's: reached wherever it is
 
 
 class McpFailure(Exception):
@@ -100,7 +101,13 @@ def failure(exc: BaseException, timeout: float) -> McpFailure:
     if isinstance(exc, httpx2.HTTPStatusError):
         status = exc.response.status_code
         return McpFailure(http_error(status, f"the MCP server answered HTTP {status}"))
-    if isinstance(exc, httpx2.TransportError | OSError):
+    if isinstance(exc, httpx2.ConnectError | ConnectionError):
+        return McpFailure(http_error(502, "could not connect to the MCP server"))
+    if isinstance(exc, httpx2.TransportError):  # its text may quote what was sent: not shown
+        return McpFailure(
+            http_error(502, f"the connection to the MCP server failed ({_kind(exc)})")
+        )
+    if isinstance(exc, OSError):  # resolving the host (the message is oars's own)
         return McpFailure(http_error(502, f"could not reach the MCP server: {_said(exc)}"))
     if isinstance(exc, MCPError):
         return McpFailure(protocol_error(exc.error.code, exc.error.message))
@@ -108,6 +115,10 @@ def failure(exc: BaseException, timeout: float) -> McpFailure:
         return McpFailure(protocol_error(-32700, "the MCP server's answer is not valid MCP"))
     log.warning("MCP client error", exc_info=exc)
     return McpFailure(protocol_error(-32603, f"the MCP client failed: {type(exc).__name__}"))
+
+
+def _kind(exc: BaseException) -> str:
+    return type(exc).__name__
 
 
 def _said(exc: BaseException) -> str:
@@ -142,8 +153,13 @@ def output_of(result: Any, limit: int) -> str:
     return text[:limit] + f"\n[… {len(text) - limit} more characters left out]"
 
 
-def _content(result: Any) -> list[Json]:
-    return [block.model_dump(mode="json") for block in result.content]
+def _content(result: Any, limit: int) -> list[Json]:
+    """A failed call's content blocks, as the server sent them, or (past `limit` characters of
+    JSON) its text cut to `limit`."""
+    content: list[Json] = [block.model_dump(mode="json") for block in result.content]
+    if len(json.dumps(content)) <= limit:
+        return content
+    return [{"type": "text", "text": output_of(result, limit), "annotations": None, "meta": None}]
 
 
 class Session:
@@ -183,7 +199,8 @@ class Session:
         except Exception as exc:
             raise failure(exc, timeout) from exc
         if result.is_error:
-            raise McpFailure({"type": "mcp_tool_execution_error", "content": _content(result)})
+            content = _content(result, self.limits.max_output_chars)
+            raise McpFailure({"type": "mcp_tool_execution_error", "content": content})
         return output_of(result, self.limits.max_output_chars)
 
     async def close(self) -> None:
@@ -202,13 +219,15 @@ class Session:
         if self._ready is None:
             self._ready = asyncio.get_running_loop().create_future()
             self._task = asyncio.create_task(self._serve(self._ready), name="mcp session")
+        seconds = self.limits.connect_seconds
         try:
-            async with asyncio.timeout(self.limits.connect_seconds):
+            async with asyncio.timeout(seconds):
                 return await asyncio.shield(self._ready)
         except TimeoutError:
             if self._task is not None:
                 self._task.cancel()
-            raise
+            message = f"the MCP server did not complete its handshake within {seconds:g} s"
+            raise McpFailure(http_error(504, message)) from None
 
     async def _serve(self, ready: asyncio.Future[Client]) -> None:
         attempts = self._attempts()
@@ -256,7 +275,7 @@ class Session:
         return sse_client(
             self.endpoint.url,
             timeout=self.limits.connect_seconds,
-            sse_read_timeout=self.limits.call_seconds,
+            sse_read_timeout=SSE_IDLE_SECONDS,
             httpx_client_factory=self._http,
         )
 

@@ -49,7 +49,7 @@ class OperatorServer:
 def server_arg(text: str) -> OperatorServer:
     """`LABEL=URL` (the `--mcp-server` option)."""
     label, eq, url = text.partition("=")
-    if not eq or not LABEL.match(label) or urlsplit(url).scheme not in ("http", "https"):
+    if not eq or not LABEL.fullmatch(label) or urlsplit(url).scheme not in ("http", "https"):
         raise ValueError(f"expected LABEL=URL (a label of letters, digits, _ or -), got {text!r}")
     return OperatorServer(label, url)
 
@@ -64,7 +64,7 @@ def load_servers(path: str) -> list[OperatorServer]:
 def _table(table: Mapping[str, object], where: str) -> OperatorServer:
     known = {"label", "url", "command", "env", "headers_env"}
     label, url, command = table.get("label"), table.get("url"), table.get("command")
-    if set(table) - known or not isinstance(label, str) or not LABEL.match(label):
+    if set(table) - known or not isinstance(label, str) or not LABEL.fullmatch(label):
         raise ValueError(f"{where}: needs a label and knows only {', '.join(sorted(known))}")
     if (url is None) == (command is None):
         raise ValueError(f"{where}: give either url or command")
@@ -120,8 +120,8 @@ class McpConfig:
         """Where a request's server is: its URL, or the operator's server of its label."""
         if server.url is None:
             return self.servers[server.label].endpoint()
-        trusted = self.reach.trusted(server.url)
-        return Endpoint(server.label, server.url, server.http_headers(), trusted=trusted)
+        # every request to it is checked (and allowed by `--mcp-allow` on its own)
+        return Endpoint(server.label, server.url, server.http_headers())
 
     async def check(self, server: McpServer) -> None:
         """A 400 for a request URL that reaches an address it may not."""

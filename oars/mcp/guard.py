@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import re
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,10 +25,28 @@ class Refused(Exception):
     """The URL reaches an address this server may not connect to for a request."""
 
 
+# IPv6 blocks that carry an IPv4 address a gateway may forward to (NAT64, 6to4, Teredo, the
+# IPv4-compatible and -translated forms): refused whatever the address inside.
+_EMBEDDING = tuple(
+    ipaddress.ip_network(block)
+    for block in (
+        "64:ff9b::/96",
+        "64:ff9b:1::/48",
+        "2002::/16",
+        "2001::/32",
+        "::/96",
+        "::ffff:0:0:0/96",
+    )
+)
+
+
 def is_public(address: str) -> bool:
     ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        elif any(ip in block for block in _EMBEDDING):
+            return False
     return ip.is_global and not ip.is_multicast
 
 
@@ -49,13 +68,21 @@ class _Prefix:
         return cls(parts.scheme, parts.hostname.lower(), parts.port, parts.path)
 
     def covers(self, url: str) -> bool:
+        """Same scheme and host (and port, if it has one), and a path under its path, whole
+        segments: `/mcp` covers `/mcp` and `/mcp/x`, not `/mcpx`. A path with dot segments or
+        encoded dots and slashes is covered by nothing (the server may read it elsewhere)."""
         other = _Prefix.of(url)
         ports = (_port(self.scheme, self.port), _port(other.scheme, other.port))
+        base = self.path.rstrip("/")
         return (
             (self.scheme, self.host) == (other.scheme, other.host)
             and (self.port is None or ports[0] == ports[1])
-            and other.path.startswith(self.path)
+            and not _DOTTED.search(other.path)
+            and (other.path == base or other.path.startswith(base + "/"))
         )
+
+
+_DOTTED = re.compile(r"(^|/)\.\.?(/|$)|%2e|%2f|%5c|\\", re.IGNORECASE)
 
 
 def _port(scheme: str, port: int | None) -> int:
@@ -105,14 +132,16 @@ class Reach:
 
 
 class PinnedTransport(httpx2.AsyncHTTPTransport):
-    """An HTTP transport that connects only where `reach` allows, to the address it checked."""
+    """An HTTP transport that connects only where `reach` allows, to the address it checked:
+    every request is checked (a redirect, or the SSE endpoint a server names, included), unless
+    the server is the operator's (`trusted`)."""
 
     def __init__(self, reach: Reach, *, trusted: bool) -> None:
         super().__init__()
         self.reach, self.trusted = reach, trusted
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        if not self.trusted:
+        if not self.trusted and not self.reach.trusted(str(request.url)):
             host = request.url.host
             address = await self.reach.address(host, _port(request.url.scheme, request.url.port))
             request.url = request.url.copy_with(host=address)

@@ -135,13 +135,28 @@ def _url(raw: Any, param: str) -> str:
     return raw
 
 
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}")
+_HEADER_VALUE = re.compile(r"[\t\x20-\x7e]{0,8192}")  # what HTTP/1.1 may carry as it is
+_TOKEN = re.compile(r"[\x21-\x7e]{1,8192}")
+
+
 def _headers(raw: Any, param: str) -> dict[str, str]:
+    """Header names and values HTTP can carry; the 400 for one that cannot names the header,
+    never its value."""
     if raw is None:
         return {}
     if not isinstance(raw, dict) or not all(
         isinstance(k, str) and k and isinstance(v, str) for k, v in raw.items()
     ):
         raise _fail(f"Invalid '{param}': expected an object of header names and strings.", param)
+    for name, value in raw.items():
+        if not _HEADER_NAME.fullmatch(name):
+            raise _fail(f"Invalid '{param}': a header name must be an HTTP token.", param)
+        if not _HEADER_VALUE.fullmatch(value):
+            raise _fail(
+                f"Invalid '{param}.{name}': a header value must be printable ASCII.",
+                f"{param}.{name}",
+            )
     if any(k.lower() == "authorization" for k in raw):
         raise _fail(
             f"Invalid '{param}': send the token as 'authorization', not as a header.", param
@@ -170,7 +185,7 @@ def parse_server(raw: Mapping[str, Any], param: str, configured: frozenset[str])
             f"{param}.defer_loading",
         )
     label = raw.get("server_label")
-    if not isinstance(label, str) or not LABEL.match(label):
+    if not isinstance(label, str) or not LABEL.fullmatch(label):
         raise _fail(
             f"Invalid '{param}.server_label': expected 1 to 64 letters, digits, "
             "underscores or dashes.",
@@ -184,9 +199,13 @@ def parse_server(raw: Mapping[str, Any], param: str, configured: frozenset[str])
             f"{param}.server_url",
         )
     authorization = raw.get("authorization")
-    if authorization is not None and not isinstance(authorization, str):
+    if authorization is not None and (
+        not isinstance(authorization, str)
+        or (authorization and not _TOKEN.fullmatch(authorization))
+    ):
         raise _fail(
-            f"Invalid '{param}.authorization': expected a string.", f"{param}.authorization"
+            f"Invalid '{param}.authorization': expected a token of printable ASCII without spaces.",
+            f"{param}.authorization",
         )
     description = raw.get("server_description")
     if description is not None and not isinstance(description, str):
@@ -237,7 +256,7 @@ def parse_choice(choice: Any, servers: Sequence[McpServer]) -> McpChoice | None:
     if not any(s.label == label for s in servers):
         raise _fail(
             f"Invalid 'tool_choice.server_label': no MCP tool in 'tools' has the label {label!r}."
-            if label is not None
+            if label is not None or not servers
             else "Missing 'tool_choice.server_label': the request has several MCP tools.",
             "tool_choice.server_label",
         )
@@ -257,10 +276,11 @@ def echo(raw: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def public_url(url: str) -> str:
-    """`url` without userinfo, query or fragment: what may be shown, stored or logged."""
+    """`url` as it may be shown, stored or logged: its scheme, host and port (as OpenAI keeps
+    only the scheme and domain; a path may hold a secret as well as a query may)."""
     parts = urlsplit(url)
     host = parts.hostname or ""
     if ":" in host:
         host = f"[{host}]"
     netloc = f"{host}:{parts.port}" if parts.port is not None else host
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+    return urlunsplit((parts.scheme, netloc, "", "", ""))

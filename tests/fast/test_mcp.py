@@ -178,7 +178,7 @@ def test_a_call_runs_and_the_model_answers_from_its_result(mcp_http: McpProcess)
     assert second[-1].role == "tool" and WORD in second[-1].content
     assert second[-2].tool_calls[0]["function"]["name"] == "vault__open_vault"
     golden = GOLDEN / "mcp_call_then_text.json"
-    got = normalize_ids(json.loads(json.dumps(events).replace(mcp_http.url, "<server_url>")))
+    got = normalize_ids(json.loads(json.dumps(events).replace(mcp_http.base, "<server_url>")))
     if os.environ.get("OARS_UPDATE_GOLDEN"):
         golden.write_text(json.dumps(got, indent=1, ensure_ascii=False) + "\n")
     assert got == json.loads(golden.read_text())
@@ -270,7 +270,7 @@ def test_a_listing_that_fails_mid_stream_fails_the_response() -> None:
         "failed",
     ]
     listing = _output(events)[0]
-    assert listing["tools"] == [] and "could not reach" in listing["error"]
+    assert listing["tools"] == [] and "could not connect" in listing["error"]
 
 
 def test_a_server_that_answers_garbage_fails_its_listing(mcp_http: McpProcess) -> None:
@@ -582,7 +582,7 @@ def test_a_request_may_not_reach_loopback_unless_the_operator_allows_it(
     assert r.json()["error"]["param"] == "tools[0].server_url"
     for url in ("http://10.1.2.3/mcp", "http://169.254.169.254/latest", "http://[::1]:1/mcp"):
         r = _post(ScriptedEngine(), {"input": "x", "tools": [mcp_at(url)]}, allow=())
-        assert r.status_code == 400, url
+        assert r.status_code == 400 and r.json()["error"]["param"] == "tools[0].server_url", url
     other_port = f"http://127.0.0.1:{mcp_http.port}"
     r = _post(
         ScriptedEngine(), {"input": "x", "tools": [mcp(mcp_http)]}, allow=(other_port + "/other",)
@@ -670,7 +670,7 @@ def test_calls_are_counted_by_server_and_outcome(mcp_http: McpProcess) -> None:
             return (await client.get("/../metrics")).text
 
     text = asyncio.run(go())
-    where = f"http://127.0.0.1:{mcp_http.port}/mcp"
+    where = mcp_http.base  # the URL's scheme, host and port: a path may hold a secret
     assert f'oars_mcp_calls_total{{outcome="completed",server="{where}"}} 1.0' in text
     assert f'oars_mcp_calls_total{{outcome="failed",server="{where}"}} 1.0' in text
     assert f'oars_mcp_call_duration_seconds_count{{server="{where}"}} 2.0' in text
@@ -875,3 +875,104 @@ def test_an_approval_without_its_mcp_tool_is_a_400(mcp_http: McpProcess) -> None
     answer = {"type": "mcp_approval_response", "approval_request_id": "mcpr_1", "approve": True}
     r = _post(ScriptedEngine(), {"input": [{"role": "user", "content": "x"}, request, answer]})
     assert r.status_code == 400 and r.json()["error"]["param"] == "tools", r.text
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"authorization": "s3cret\n"}, "tools[0].authorization"),
+        ({"authorization": "s3 cret"}, "tools[0].authorization"),
+        ({"headers": {"X-Team": "s3cret\r\nX-Other: 1"}}, "tools[0].headers.X-Team"),
+        ({"headers": {"X Team": "a"}}, "tools[0].headers"),
+    ],
+)
+def test_a_token_or_header_http_cannot_carry_is_a_400_that_does_not_repeat_it(
+    mcp_http: McpProcess, fields: dict[str, Any], param: str
+) -> None:
+    r = _post(ScriptedEngine(), {"input": "x", "tools": [mcp(mcp_http, **fields)]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+    assert "s3cret" not in r.text
+
+
+def test_approving_twice_runs_the_call_once(mcp_http: McpProcess, tmp_path: Path) -> None:
+    def twice(response: dict[str, Any]) -> dict[str, Any]:
+        body = _approve(response)
+        return {**body, "input": body["input"] * 2}
+
+    _, second, _ = _approval_flow(mcp_http, tmp_path, twice)
+    assert [i["type"] for i in _output(second)] == ["mcp_call", "message"]
+
+
+def test_a_call_cut_after_one_that_ran_ends_the_response(mcp_http: McpProcess) -> None:
+    ran = _call("vault__add", {"a": 1, "b": 1})
+    engine = ScriptedEngine(
+        steps([ran, '\n<tool_call>\n{"name": "vault__add", "arguments": {"a":'], ["x"])
+    )
+    events = _stream(engine, {"input": "x", "tools": [mcp(mcp_http)]})
+    assert [(i["type"], i.get("status")) for i in _output(events)] == [
+        ("mcp_list_tools", None),
+        ("mcp_call", "completed"),
+        ("mcp_call", "incomplete"),
+    ]
+    assert events[-1]["type"] == "response.failed" and len(engine.requests) == 1
+
+
+def test_approval_and_allowed_tools_filters_match_every_criterion_they_give() -> None:
+    from oars.mcp.servers import parse_server
+
+    raw = {
+        "server_label": "v",
+        "server_url": "https://e.com/mcp",
+        "allowed_tools": {"tool_names": ["add", "open"], "read_only": True},
+        "require_approval": {"never": {"tool_names": ["add"], "read_only": True}},
+    }
+    server = parse_server(raw, "tools[0]", frozenset())
+    assert server.allows("add", True) and not server.allows("open", False)
+    assert not server.allows("echo", True)
+    assert not server.needs_approval("add", True)
+    assert server.needs_approval("add", False) and server.needs_approval("open", True)
+    always = parse_server({**raw, "require_approval": None}, "tools[0]", frozenset())
+    assert always.needs_approval("add", True)  # OpenAI's default
+
+
+def test_what_the_guard_calls_public_and_what_an_allowed_prefix_covers() -> None:
+    from oars.mcp.guard import Reach, is_public
+
+    for address in ("93.184.216.34", "2606:4700::1111"):
+        assert is_public(address), address
+    for address in (
+        "127.0.0.1",
+        "10.0.0.1",
+        "169.254.169.254",
+        "::1",
+        "fe80::1",
+        "::ffff:127.0.0.1",
+        "64:ff9b::7f00:1",
+        "2002:7f00:1::1",
+        "::7f00:1",
+        "::ffff:0:7f00:1",
+        "100.64.0.1",
+        "0.0.0.0",
+        "224.0.0.1",
+    ):
+        assert not is_public(address), address
+    reach = Reach(["http://127.0.0.1:9000/mcp"])
+    assert reach.trusted("http://127.0.0.1:9000/mcp") and reach.trusted(
+        "http://127.0.0.1:9000/mcp/x"
+    )
+    for url in (
+        "http://127.0.0.1:9000/mcpx",
+        "http://127.0.0.1:9000/mcp/../admin",
+        "http://127.0.0.1:9000/mcp/%2e%2e/admin",
+        "http://127.0.0.1:9001/mcp",
+        "https://127.0.0.1:9000/mcp",
+        "http://127.0.0.1:9000@evil.example/mcp",
+    ):
+        assert not reach.trusted(url), url
+    assert Reach(["http://127.0.0.1"]).trusted("http://127.0.0.1:1234/anything")
+
+
+def test_a_name_that_resolves_to_loopback_is_refused(mcp_http: McpProcess) -> None:
+    url = f"http://localhost:{mcp_http.port}/mcp"
+    r = _post(ScriptedEngine(), {"input": "x", "tools": [mcp_at(url)]}, allow=())
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tools[0].server_url"
