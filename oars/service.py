@@ -175,8 +175,9 @@ class Generation:
             for event in self.builder.compaction(self.turn.compacted):
                 yield event
         try:
-            async for event in self._run(clock):
-                yield event
+            async for batch in self._run(clock):
+                for event in batch:
+                    yield event
         except (EngineError, ClientError) as exc:
             log.warning("generation failed: %s", exc)
             for event in self._failed(exc):
@@ -189,15 +190,15 @@ class Generation:
             if self.toolbox is not None:
                 await self.toolbox.close()
 
-    async def _run(self, clock: TokenClock | None) -> AsyncGenerator[Event, None]:
+    async def _run(self, clock: TokenClock | None) -> AsyncGenerator[list[Event], None]:
+        """The events, in batches (one an engine chunk, as the step makes them)."""
         if self._unread is not None:
-            for event in self.builder.finish(FinishReason.STOP, Usage(self._unread)):
-                yield event
+            yield self.builder.finish(FinishReason.STOP, Usage(self._unread))
             return
         toolbox = self.toolbox
         if toolbox is not None:
             async for event in toolbox.prepare(self.builder):
-                yield event
+                yield [event]
         usage, rounds, finish = Usage(), 0, FinishReason.STOP
         limit = self.turn.request.sampling.max_output_tokens
         while True:
@@ -205,14 +206,13 @@ class Generation:
             if step is None:  # the output tokens are spent
                 finish = FinishReason.LENGTH
                 break
-            async for event in step.run(self.engine, clock):
-                yield event
+            async for batch in step.run(self.engine, clock):
+                yield batch
             assert step.finish is not None
             usage, finish, rounds = _sum(usage, step.usage), step.finish, rounds + 1
             if toolbox is None or not toolbox.goes_on(step, rounds):
                 break
-        for event in self._release() + self.builder.finish(finish, usage):
-            yield event
+        yield self._release() + self.builder.finish(finish, usage)
 
     async def _next_step(self, rounds: int, usage: Usage, limit: int | None) -> Step | None:
         left = None if limit is None else limit - usage.output_tokens

@@ -108,32 +108,41 @@ class Step:
         self._held = _HeldText()
         self._pending: _Pending | None = None
 
-    async def run(self, engine: Engine, clock: TokenClock | None = None) -> AsyncIterator[Event]:
-        """The step's events, up to its last chunk; `clock` is told of the tokens as they come.
-        An engine that ends without a last chunk is an `EngineError`."""
+    async def run(
+        self, engine: Engine, clock: TokenClock | None = None
+    ) -> AsyncIterator[list[Event]]:
+        """The step's events, a chunk's at a time, up to its last chunk; `clock` is told of
+        the tokens as they come. An engine that ends without a last chunk is an `EngineError`."""
         finish: EngineChunk | None = None
         async for chunk in engine.generate(self.opened):
             if clock is not None:
                 clock.tokens(chunk.num_tokens)
+            events: list[Event] = []
             for out in self._apply(chunk):
-                if isinstance(out, ServerCall):
-                    assert self.tools is not None
-                    self.server_calls += 1
-                    async for event in self.tools.run(self.builder, out):
-                        yield event
-                else:
-                    yield out
+                if not isinstance(out, ServerCall):
+                    events.append(out)
+                    continue
+                yield events  # what came before the call goes out before it runs
+                events = []
+                async for event in self._run(out):
+                    yield [event]
+            yield events
             if chunk.finish is not None:
                 finish = chunk
         if finish is None or finish.finish is None:
             raise EngineError("the engine stopped without finishing")
-        for event in self._cut_call():
-            yield event
+        yield self._cut_call()
         usage = finish.usage or Usage()
         if not usage.reasoning_tokens:  # unless the engine counted them itself
             usage = replace(usage, reasoning_tokens=self._reasoning_tokens)
         self.finish, self.usage = finish.finish, usage
-        log.debug("%s output: %s", self.builder.id, self.builder.output)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s output: %s", self.builder.id, self.builder.output)
+
+    def _run(self, call: ServerCall) -> AsyncIterator[Event]:
+        assert self.tools is not None
+        self.server_calls += 1
+        return self.tools.run(self.builder, call)
 
     def release(self) -> list[Event]:
         """Answer text held back for its tokens goes out now (the step ends, or the response)."""
