@@ -138,16 +138,24 @@ def _integer(body: Mapping[str, Any], key: str, lo: int, hi: int | None = None) 
 # ---- input items ------------------------------------------------------------------------------
 
 
-def _input(raw: Any) -> None:
-    """Shallow checks of the input: a string, or a list of objects with a string `type`."""
+def _input(raw: Any, name: str = "input") -> None:
+    """Shallow checks of the input (or `name`'s items): a string, or a list of at most
+    `MAX_INPUT_ITEMS` objects with a string `type`."""
     if isinstance(raw, str):
         return
     if not isinstance(raw, list):
         raise _fail(
-            "Invalid 'input': expected a string or an array of items.", "input", "invalid_type"
+            f"Invalid '{name}': expected a string or an array of items.", name, "invalid_type"
+        )
+    if len(raw) > MAX_INPUT_ITEMS:
+        raise _fail(
+            f"Invalid '{name}': {len(raw)} items; at most {MAX_INPUT_ITEMS} are allowed in "
+            "one request.",
+            name,
+            "too_many_items",
         )
     for i, item in enumerate(raw):
-        param = f"input[{i}]"
+        param = f"{name}[{i}]"
         if not isinstance(item, dict):
             raise _fail(f"Invalid '{param}': expected an object.", param, "invalid_type")
         if not isinstance(item.get("type", "message"), str):
@@ -286,7 +294,7 @@ def _include(body: Mapping[str, Any]) -> list[str]:
 
 def validate_items(raw: list[Any], param: str) -> None:
     """Items as `input` takes them (400 naming the first bad one as `param[i]`)."""
-    _input(raw)
+    _input(raw, param)
     check(raw, param=param)
 
 
@@ -513,13 +521,6 @@ def _check_input(raw: Any, unseal: Unseal | None, instructions: str | None, stat
     """The input, item by item; a request must give the model something to respond to."""
     if raw is None:
         raise _fail("Missing required parameter: 'input'.", "input", "missing_required_parameter")
-    if isinstance(raw, list) and len(raw) > MAX_INPUT_ITEMS:
-        raise _fail(
-            f"Invalid 'input': {len(raw)} items; at most {MAX_INPUT_ITEMS} "
-            "are allowed in one request.",
-            "input",
-            "too_many_items",
-        )
     _input(raw)
     says = check(raw, unseal) or bool(instructions)
     with_history = state.previous_response_id is not None or state.conversation_id is not None
@@ -591,13 +592,6 @@ def normalize_compact(body: Any, *, unseal: Unseal | None = None) -> CompactRequ
             "Missing required parameter: 'input' (or 'previous_response_id').",
             "input",
             "missing_required_parameter",
-        )
-    if isinstance(raw, list) and len(raw) > MAX_INPUT_ITEMS:
-        raise _fail(
-            f"Invalid 'input': {len(raw)} items; at most {MAX_INPUT_ITEMS} are allowed "
-            "in one request.",
-            "input",
-            "too_many_items",
         )
     items: tuple[dict[str, Any], ...] = ()
     if raw is not None:

@@ -571,6 +571,9 @@ def test_a_lone_surrogate_is_refused_and_nothing_is_kept(store_url: str) -> None
         )
         assert added.status_code == 400
         assert added.json()["error"]["param"] == "items[0].content"
+        not_an_item = await client.post(f"/conversations/{conv['id']}/items", json={"items": [1]})
+        assert not_an_item.status_code == 400
+        assert not_an_item.json()["error"]["param"] == "items[0]"
         items = await client.get(f"/conversations/{conv['id']}/items")
         assert items.status_code == 200 and items.json()["data"] == []
 
