@@ -159,6 +159,13 @@ def _mcp_call(item: Json, param: str, ctx: Context) -> list[ChatMessage]:
         result = f"Error: {error_text(error)}"
     else:
         result = "The call did not finish."
+    return _call_and_result(item, label, name, arguments, result)
+
+
+def _call_and_result(
+    item: Json, label: str, name: str, arguments: str, result: str
+) -> list[ChatMessage]:
+    """An MCP item as the model sees it: its call (by the tool's model name), then `result`."""
     call_id = item.get("id")
     return [
         _call(call_id, mcp_tool_name(label, name), _arguments(arguments)),
@@ -220,12 +227,8 @@ def _declined(request: Json, response: Json, ctx: Context) -> list[ChatMessage]:
     """A call the user declined: the model sees it made the call, and the refusal."""
     reason = response.get("reason")
     text = DECLINED + (f" Their reason: {reason}" if reason else "")
-    call_id = request.get("id")
-    name = mcp_tool_name(str(request.get("server_label")), str(request.get("name")))
-    return [
-        _call(call_id, name, _arguments(str(request.get("arguments", "")))),
-        ChatMessage(role="tool", content=text, tool_call_id=call_id),
-    ]
+    label, name = str(request.get("server_label")), str(request.get("name"))
+    return _call_and_result(request, label, name, str(request.get("arguments", "")), text)
 
 
 _ITEM_HANDLERS: dict[str, Callable[[Json, str, Context], list[ChatMessage]]] = {

@@ -222,8 +222,7 @@ class Runs:
 
     async def _submit(self, request: ResponseRequest, previous: Sequence[Json] | None) -> RunHandle:
         store = scoped(self.store, request.tenant) if self.store is not None else None
-        sealer = self.service.sealer
-        turn = await Turn.open(request, store, sealer.unseal if sealer else None, previous)
+        turn = await Turn.open(request, store, self.service.unseal, previous)
         if request.compaction is not None:
             turn = await turn.compact(self.service)
             if turn.compacted is not None:

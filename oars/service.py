@@ -26,6 +26,7 @@ from oars.events import Event, ResponseBuilder
 from oars.generation import EngineRequest, FinishReason, Usage
 from oars.metrics import TokenClock
 from oars.parsing import SegmentKind
+from oars.prompt import Unseal
 from oars.sealing import Sealer
 from oars.step import Step
 
@@ -67,6 +68,11 @@ class ResponsesService:
         self.default_temperature = 1.0 if default_temperature is None else default_temperature
         self.sealer = sealer  # encrypts reasoning for `include: ["reasoning.encrypted_content"]`
         self.toolboxes = toolboxes
+
+    @property
+    def unseal(self) -> Unseal | None:
+        """The server's key for sealed reasoning and compactions, opening them."""
+        return self.sealer.unseal if self.sealer is not None else None
 
     @property
     def engine(self) -> Engine:

@@ -11,7 +11,7 @@ the order the model wrote it.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -176,7 +176,7 @@ class Step:
 
     def _add(
         self, segment: Segment, logprobs: tuple[TokenLogprob, ...] = ()
-    ) -> list[Event | ServerCall]:
+    ) -> Sequence[Event | ServerCall]:
         server = self._server_call(segment)
         if server is not None:
             return server
@@ -187,15 +187,17 @@ class Step:
         events = self.release() if segment.name != self._held.phase else []
         self._held.phase = segment.name
         if not self._held.add(segment.text, logprobs):
-            return [*events]
+            return events
         return [*events, *self.release()]
 
     def _server_call(self, segment: Segment) -> list[Event | ServerCall] | None:
         """A segment of a call to a server-side tool: kept until the call is whole (None for
         any other segment)."""
         if self._pending is None:
-            tool = self.tools.tool(segment.name) if self.tools is not None else None
-            if segment.kind is not SegmentKind.CALL_START or tool is None:
+            if segment.kind is not SegmentKind.CALL_START or self.tools is None:
+                return None  # (most segments: text, looked up no further)
+            tool = self.tools.tool(segment.name)
+            if tool is None:
                 return None
             self._pending = _Pending(tool)
             return []

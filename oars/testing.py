@@ -106,8 +106,7 @@ def run_to_end(service: ResponsesService, request: ResponseRequest) -> list[Even
     benchmarks)."""
 
     async def collect() -> list[Event]:
-        sealer = service.sealer
-        turn = Turn.of(request, sealer.unseal if sealer else None)
+        turn = Turn.of(request, service.unseal)
         generation = await service.start(turn)
         return [event async for event in generation.events()]
 

@@ -97,15 +97,14 @@ def create_request(oars: Shared, body: Any) -> ResponseRequest:
         default_temperature=service.default_temperature,
         max_output_tokens=oars.limits.max_output_tokens,
         can_store=oars.keeps,
-        unseal=service.sealer.unseal if service.sealer else None,
+        unseal=service.unseal,
         mcp_servers=service.toolboxes.config.labels if service.toolboxes else frozenset(),
     )
 
 
 async def open_turn(oars: Shared, request: ResponseRequest, store: Store | None) -> Turn:
     """A request's turn, outside a run (to count its tokens)."""
-    sealer = oars.service.sealer
-    return await Turn.open(request, store, sealer.unseal if sealer else None)
+    return await Turn.open(request, store, oars.service.unseal)
 
 
 def view(request: Request) -> Tenant:

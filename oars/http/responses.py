@@ -169,9 +169,7 @@ async def input_items(request: Request) -> Response:
 async def compact(request: Request) -> Response:
     oars = shared(request)
     service = oars.service
-    req = normalize_compact(
-        await read_json(request), unseal=service.sealer.unseal if service.sealer else None
-    )
+    req = normalize_compact(await read_json(request), unseal=service.unseal)
     items = await items_of(req.previous_response_id, req.input_items, view(request).store)
     compacted = await compactor.compact(service, req.model, items)
     oars.metrics.compacted(req.model, "endpoint")
