@@ -239,7 +239,8 @@ def _serve(args: argparse.Namespace) -> None:
 
     from oars import logs
     from oars.engines import Engine
-    from oars.engines.upstream import UpstreamEngine
+    from oars.engines.replicas import ReplicaSet
+    from oars.engines.upstream import replica_name
     from oars.http import create_app
     from oars.http.app import default_replica
     from oars.http.common import Limits
@@ -286,7 +287,7 @@ def _serve(args: argparse.Namespace) -> None:
     for config in upstreams:
         if config.model in engines:
             raise SetupError(f"the model {config.model!r} is served twice")
-        engines[config.model] = UpstreamEngine(config)
+        engines[config.model] = ReplicaSet(config)
     home = oars_home()
     spec = args.store or str(home / "oars.db")
     store = None if spec == "none" else SqlStore(spec)
@@ -312,7 +313,7 @@ def _serve(args: argparse.Namespace) -> None:
         flush=True,
     )
     for config in upstreams:
-        print(f"oars: {config.model} from {config.url}", flush=True)
+        print(f"oars: {config.model} from {', '.join(map(replica_name, config.urls))}", flush=True)
     for label in sorted(mcp.labels):
         print(f"oars: MCP server {label!r} for requests that name it", flush=True)
     print(f"oars: {_access(args, keys)}", flush=True)

@@ -150,6 +150,15 @@ class EngineError(OarsError):
 class UpstreamError(EngineError):
     """An upstream engine failed: unreachable or broken (502), or too slow (504)."""
 
-    def __init__(self, message: str, *, status: int = 502, code: str = "upstream_error"):
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int = 502,
+        code: str = "upstream_error",
+        retryable: bool = False,
+    ):
         super().__init__(message)
         self.status, self.code = status, code
+        # before the first byte, another replica may serve it: refused, or a 5xx status
+        self.retryable = retryable

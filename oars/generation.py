@@ -42,15 +42,36 @@ class SamplingParams:
         return self.temperature < MIN_TEMPERATURE or self.top_k == 1
 
 
+MODALITIES = ("text", "image", "file", "audio")
+
+
+@dataclass(frozen=True)
+class Media:
+    """An image, file or audio part of a message, in the chat-completions shape an upstream is
+    sent (`part`), with where the request had it (`param`, for a 400 naming it)."""
+
+    kind: str  # the Responses part's type: input_image, input_file or input_audio
+    part: Mapping[str, Any]
+    param: str
+
+    @property
+    def modality(self) -> str:
+        return self.kind.removeprefix("input_").replace("_", "")
+
+
 @dataclass(frozen=True)
 class ChatMessage:
-    """A message in chat-template form (what `tokenizer.chat_template` expects)."""
+    """A message in chat-template form (what `tokenizer.chat_template` expects).
+
+    `content` is its text. A message with images, files or audio also has `parts`: its text
+    pieces and its `Media`, in order (what an upstream that takes them is sent)."""
 
     role: str
     content: str
     tool_calls: tuple[Mapping[str, Any], ...] = ()
     tool_call_id: str | None = None
     reasoning: str = ""  # an assistant turn's reasoning, for templates that replay it
+    parts: tuple[str | Media, ...] = ()
 
     def to_template(self) -> dict[str, Any]:
         out: dict[str, Any] = {"role": self.role, "content": self.content}
@@ -79,6 +100,19 @@ def _no_tools() -> ToolSet:
 
 
 @dataclass(frozen=True)
+class Route:
+    """What an engine with several replicas routes on: `follow`, the replica that served the
+    response this one continues (or this response's previous step); `cache_key`, the client's
+    `prompt_cache_key`. Without either, the prompt's stable prefix decides."""
+
+    follow: str = ""
+    cache_key: str = ""
+
+
+NO_ROUTE = Route()
+
+
+@dataclass(frozen=True)
 class EngineRequest:
     """Everything an engine needs to run one generation."""
 
@@ -90,6 +124,11 @@ class EngineRequest:
     top_logprobs: int | None = None  # None: no logprobs; 0..20: logprob plus that many alternatives
     reasoning_effort: str | None = None  # as the request said it (`none` … `max`)
     after_tool_output: bool = False  # the input ends with a tool's output
+    route: Route = NO_ROUTE
+
+    def media(self) -> list[Media]:
+        """The images, files and audio of its messages, in order."""
+        return [p for m in self.messages for p in m.parts if isinstance(p, Media)]
 
 
 @dataclass(frozen=True)

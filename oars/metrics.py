@@ -14,7 +14,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -25,6 +25,9 @@ from prometheus_client.core import (
 )
 
 from oars.store import Store
+
+if TYPE_CHECKING:
+    from oars.engines.replicas import ReplicaEvent
 
 Labels = tuple[str, ...]
 
@@ -72,8 +75,12 @@ class Metrics:
         self.first_token_seconds = Histogram(LATENCY_BUCKETS)  # (model,)
         self.token_gap_seconds = Histogram(TOKEN_GAP_BUCKETS)  # (model,)
         self.store_seconds = Histogram(LATENCY_BUCKETS)  # (operation,)
-        self.upstream_seconds = Histogram(LATENCY_BUCKETS)  # (model,) to the first byte
-        self.upstream_errors: dict[Labels, int] = defaultdict(int)  # (model, code)
+        self.upstream_seconds = Histogram(LATENCY_BUCKETS)  # (model, replica) to the first byte
+        self.upstream_errors: dict[Labels, int] = defaultdict(int)  # (model, replica, code)
+        self.upstream_requests: dict[Labels, int] = defaultdict(int)  # (model, replica, route)
+        self.upstream_health: dict[Labels, int] = defaultdict(int)  # (model, replica, change)
+        # read at scrape time: (model, replica) → (in flight, in service)
+        self.replicas: Callable[[], dict[Labels, tuple[int, bool]]] | None = None
         self.compactions: dict[Labels, int] = defaultdict(int)  # (model, how)
         self.sockets: dict[Labels, int] = defaultdict(int)  # () → connections accepted
         self.socket_requests: dict[Labels, int] = defaultdict(int)  # (outcome,)
@@ -121,12 +128,21 @@ class Metrics:
     def store_call(self, operation: str, seconds: float) -> None:
         self.store_seconds.observe((operation,), seconds)
 
-    def upstream_reply(self, model: str, seconds: float, code: str | None = None) -> None:
+    def upstream_reply(
+        self, model: str, replica: str, seconds: float, code: str | None = None
+    ) -> None:
         """An upstream answered (its headers) or failed before answering (`code`)."""
         if code is None:
-            self.upstream_seconds.observe((model,), seconds)
+            self.upstream_seconds.observe((model, replica), seconds)
         else:
-            self.upstream_errors[(model, code)] += 1
+            self.upstream_errors[(model, replica, code)] += 1
+
+    def upstream_event(self, event: ReplicaEvent) -> None:
+        """A request routed to a replica (and why), or a replica ejected or readmitted."""
+        if event.route:
+            self.upstream_requests[(event.model, event.replica, event.route)] += 1
+        if event.health:
+            self.upstream_health[(event.model, event.replica, event.health)] += 1
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -207,14 +223,46 @@ class _Collector:
         yield m.upstream_seconds.family(
             "oars_upstream_first_byte_seconds",
             "From sending a request upstream to its response headers.",
-            ["model"],
+            ["model", "replica"],
         )
         yield _counter(
             "oars_upstream_errors",
             "Upstream requests that failed before answering.",
-            ["model", "code"],
+            ["model", "replica", "code"],
             m.upstream_errors,
         )
+        yield _counter(
+            "oars_upstream_requests",
+            "Requests sent to an upstream replica, by why it was chosen: chain (the replica "
+            "that served what the request continues), prefix (its prompt's prefix hashes to "
+            "it), balanced (the preferred one was busier or out of service), retried (another "
+            "refused it before the first byte), only (the model has one).",
+            ["model", "replica", "route"],
+            m.upstream_requests,
+        )
+        yield _counter(
+            "oars_upstream_health_changes",
+            "Replicas taken out of service (ejected) and brought back (readmitted).",
+            ["model", "replica", "change"],
+            m.upstream_health,
+        )
+        if m.replicas is not None:
+            replicas = m.replicas()
+            in_flight = GaugeMetricFamily(
+                "oars_upstream_in_flight",
+                "Requests open on an upstream replica.",
+                labels=["model", "replica"],
+            )
+            healthy = GaugeMetricFamily(
+                "oars_upstream_in_service",
+                "1 while an upstream replica is in service, 0 while ejected.",
+                labels=["model", "replica"],
+            )
+            for labels, (flying, up) in replicas.items():
+                in_flight.add_metric(list(labels), flying)
+                healthy.add_metric(list(labels), int(up))
+            yield in_flight
+            yield healthy
         yield _counter(
             "oars_compactions",
             "Histories compacted, by how it was asked for.",

@@ -20,7 +20,7 @@ from typing import Any
 
 from oars.compaction import COMPACTION_TYPES, SUMMARY_PREFIX, Sealed, place
 from oars.errors import InvalidRequest
-from oars.generation import ChatMessage
+from oars.generation import ChatMessage, Media
 from oars.ids import is_id
 from oars.tools import mcp_tool_name
 
@@ -64,30 +64,138 @@ def check(raw: Any, unseal: Unseal | None = None, param: str = "input") -> bool:
 
 
 def content_text(content: Any, param: str) -> str:
-    """Message content (a string or a list of parts) → the text the template gets."""
+    """Message content (a string or a list of parts) → the text the template gets; an image,
+    file or audio part is a 400 (a tool's output)."""
+    text, parts = content_parts(content, param)
+    media = [p for p in parts if isinstance(p, Media)]
+    if media:
+        raise _fail(
+            f"Invalid '{media[0].param}': a tool's output takes text only; "
+            f"'{media[0].kind}' is not supported there.",
+            media[0].param,
+            "unsupported_content",
+        )
+    return text
+
+
+def content_parts(content: Any, param: str) -> tuple[str, tuple[str | Media, ...]]:
+    """Message content → its text, and (when it has images, files or audio) its text pieces
+    and media in order; `()` for text alone."""
     if isinstance(content, str):
-        return content
+        return content, ()
     if not isinstance(content, list):
         raise _fail(f"Invalid '{param}': expected a string or an array of content parts.", param)
-    texts: list[str] = []
+    parts: list[str | Media] = []
     for i, part in enumerate(content):
         p = f"{param}[{i}]"
         if not isinstance(part, dict):
             raise _fail(f"Invalid '{p}': expected a content part object.", p)
         kind = part.get("type")
         if kind in _TEXT_PARTS:
-            texts.append(_text_field(part, "text", p))
+            parts.append(_text_field(part, "text", p))
         elif kind == "refusal":
-            texts.append(_text_field(part, "refusal", p))
-        elif kind in ("input_image", "input_file", "input_audio"):
-            raise _fail(
-                f"Invalid '{p}': this model takes text only; '{kind}' is not supported.",
-                p,
-                "unsupported_content",
-            )
+            parts.append(_text_field(part, "refusal", p))
+        elif kind in _MEDIA:
+            parts.append(_MEDIA[kind](part, p))
         else:
             raise _fail(f"Invalid '{p}.type': unknown content part type {kind!r}.", f"{p}.type")
-    return "\n".join(texts)
+    text = "\n".join(t for t in parts if isinstance(t, str))
+    return text, (tuple(parts) if any(isinstance(t, Media) for t in parts) else ())
+
+
+# ---- images, files, audio: the chat-completions parts vLLM, llama.cpp and OpenAI take ----------
+
+
+def _no_file_id(part: Json, param: str, what: str) -> None:
+    if "file_id" in part and part["file_id"] is not None:
+        raise _fail(
+            f"Invalid '{param}.file_id': this server has no files API; send the {what} itself.",
+            f"{param}.file_id",
+            "unsupported_value",
+        )
+
+
+def _image(part: Json, param: str) -> Media:
+    _no_file_id(part, param, "image as image_url (a URL or a data URL)")
+    url = part.get("image_url")
+    if not isinstance(url, str) or not url:
+        raise _fail(
+            f"Missing required parameter: '{param}.image_url'.",
+            f"{param}.image_url",
+            "missing_required_parameter",
+        )
+    image: dict[str, Any] = {"url": url}
+    detail = part.get("detail")
+    if detail is not None:
+        if detail not in ("auto", "low", "high"):
+            raise _fail(
+                f"Invalid '{param}.detail': expected auto, low or high, got {detail!r}.",
+                f"{param}.detail",
+            )
+        image["detail"] = detail
+    return Media("input_image", {"type": "image_url", "image_url": image}, param)
+
+
+def _file(part: Json, param: str) -> Media:
+    _no_file_id(part, param, "file's data as file_data")
+    if part.get("file_url") is not None:
+        raise _fail(
+            f"Invalid '{param}.file_url': chat-completions engines take no file URL; send the "
+            "file's data as file_data.",
+            f"{param}.file_url",
+            "unsupported_value",
+        )
+    data = part.get("file_data")
+    if not isinstance(data, str) or not data:
+        raise _fail(
+            f"Missing required parameter: '{param}.file_data'.",
+            f"{param}.file_data",
+            "missing_required_parameter",
+        )
+    file: dict[str, Any] = {"file_data": data}
+    if isinstance(part.get("filename"), str):
+        file["filename"] = part["filename"]
+    return Media("input_file", {"type": "file", "file": file}, param)
+
+
+def _audio(part: Json, param: str) -> Media:
+    audio = part.get("input_audio")
+    if not isinstance(audio, dict):
+        raise _fail(
+            f"Missing required parameter: '{param}.input_audio'.",
+            f"{param}.input_audio",
+            "missing_required_parameter",
+        )
+    data, form = audio.get("data"), audio.get("format")
+    if not isinstance(data, str) or not data or not isinstance(form, str) or not form:
+        raise _fail(
+            f"Invalid '{param}.input_audio': expected its data (base64) and its format.",
+            f"{param}.input_audio",
+        )
+    return Media(
+        "input_audio", {"type": "input_audio", "input_audio": {"data": data, "format": form}}, param
+    )
+
+
+_MEDIA: dict[str, Callable[[Json, str], Media]] = {
+    "input_image": _image,
+    "input_file": _file,
+    "input_audio": _audio,
+}
+
+
+def check_media(messages: Sequence[ChatMessage], modalities: Sequence[str], model: str) -> None:
+    """400 naming the first image, file or audio part the model does not take."""
+    for message in messages:
+        for part in message.parts:
+            if isinstance(part, Media) and part.modality not in modalities:
+                takes = "text only" if tuple(modalities) == ("text",) else ", ".join(modalities)
+                raise _fail(
+                    f"Invalid '{part.param}': the model {model[:200]!r} takes {takes}; "
+                    f"'{part.kind}' is not supported.",
+                    part.param,
+                    "unsupported_content",
+                )
 
 
 def _text_field(obj: Json, key: str, param: str) -> str:
@@ -125,8 +233,9 @@ def _message(item: Json, param: str, ctx: Context) -> list[ChatMessage]:
             f"{param}.content",
             "missing_required_parameter",
         )
-    text = content_text(item["content"], f"{param}.content")
-    return [ChatMessage(role="system" if role == "developer" else role, content=text)]
+    text, parts = content_parts(item["content"], f"{param}.content")
+    role = "system" if role == "developer" else role
+    return [ChatMessage(role=role, content=text, parts=parts)]
 
 
 def _function_call(item: Json, param: str, ctx: Context) -> list[ChatMessage]:
@@ -341,6 +450,6 @@ def _with_system(messages: list[ChatMessage], instructions: str | None) -> list[
     """Leading system/developer messages and `instructions` become one system message."""
     head: list[str] = [instructions] if instructions else []
     rest = list(messages)
-    while rest and rest[0].role == "system":
+    while rest and rest[0].role == "system" and not rest[0].parts:  # one with media stays itself
         head.append(rest.pop(0).content)
     return ([ChatMessage("system", "\n\n".join(head))] if head else []) + rest

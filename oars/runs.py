@@ -18,7 +18,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
 
@@ -27,7 +27,14 @@ from oars.events import Event
 from oars.metrics import Metrics, TokenClock
 from oars.normalize import ResponseRequest
 from oars.service import Generation, ResponsesService
-from oars.store import TERMINAL_STATUSES, Finished, Json, NewResponse, Store, StoredResponse
+from oars.store import (
+    TERMINAL_STATUSES,
+    Chain,
+    Finished,
+    NewResponse,
+    Store,
+    StoredResponse,
+)
 from oars.store.tenant import scoped
 from oars.turn import Turn
 
@@ -196,9 +203,7 @@ class Runs:
 
     # ---- submitting ---------------------------------------------------------------------
 
-    async def submit(
-        self, request: ResponseRequest, previous: Sequence[Json] | None = None
-    ) -> RunHandle:
+    async def submit(self, request: ResponseRequest, previous: Chain | None = None) -> RunHandle:
         """Resolve history, keep the response, start producing. Errors here come before any
         byte of the response: client errors are 4xx (429 past the key's concurrent runs), a
         store that is down is a 503. `previous`: the previous response's context, when the
@@ -220,7 +225,7 @@ class Runs:
         handle.task.add_done_callback(lambda _: self._running.subtract([tenant]))
         return handle
 
-    async def _submit(self, request: ResponseRequest, previous: Sequence[Json] | None) -> RunHandle:
+    async def _submit(self, request: ResponseRequest, previous: Chain | None) -> RunHandle:
         store = scoped(self.store, request.tenant) if self.store is not None else None
         turn = await Turn.open(request, store, self.service.unseal, previous)
         if request.compaction is not None:
@@ -355,9 +360,7 @@ class Tenant:
         self.runs, self.tenant = runs, tenant
         self.store: Store | None = scoped(runs.store, tenant) if runs.store is not None else None
 
-    async def submit(
-        self, request: ResponseRequest, previous: Sequence[Json] | None = None
-    ) -> RunHandle:
+    async def submit(self, request: ResponseRequest, previous: Chain | None = None) -> RunHandle:
         """Start a response of this tenant's (see `Runs.submit`)."""
         return await self.runs.submit(replace(request, tenant=self.tenant), previous)
 
@@ -505,7 +508,8 @@ class _Persisted:
         snapshot = self.handle.snapshot
         tail = [*self.handle.log.events[self.written :], *ending] if self.handle.streamed else []
         conversation = self.handle.turn.conversation_items(snapshot)
-        await self.store.finish(self.handle.id, Finished(snapshot, tail, conversation))
+        served_by = self.handle.generation.served_by
+        await self.store.finish(self.handle.id, Finished(snapshot, tail, conversation, served_by))
         self.written += len(tail)
 
 

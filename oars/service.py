@@ -16,17 +16,17 @@ that refuses) and become the HTTP status of the whole response.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from oars.engines import Engine, Opened
 from oars.errors import ClientError, EngineError, NotFound, OarsError
 from oars.events import Event, ResponseBuilder
-from oars.generation import EngineRequest, FinishReason, Usage
+from oars.generation import ChatMessage, EngineRequest, FinishReason, Usage
 from oars.metrics import TokenClock
 from oars.parsing import SegmentKind
-from oars.prompt import Unseal
+from oars.prompt import Unseal, check_media
 from oars.sealing import Sealer
 from oars.step import Step
 
@@ -104,6 +104,7 @@ class ResponsesService:
             background=request.background,
             seal=self.sealer.seal if self.sealer and request.include_encrypted_reasoning else None,
         )
+        _check_media(engine, turn.messages)
         toolbox = await self._toolbox(turn)
         if not request.generate:
             tokens = await engine.count_tokens(turn.engine_request())
@@ -111,6 +112,13 @@ class ResponsesService:
         # With MCP servers, what the model may call is known once they are listed.
         first = await engine.open(turn.engine_request()) if toolbox is None else None
         return Generation(engine, turn, builder, first=first, toolbox=toolbox)
+
+    async def open(self) -> None:
+        """Start what engines run beside the requests (an upstream's health checks)."""
+        for engine in self.engines.values():
+            start = getattr(engine, "start", None)
+            if start is not None:
+                await start()
 
     async def _toolbox(self, turn: Turn) -> Toolbox | None:
         if not turn.request.generate or not (turn.request.servers or turn.approved()):
@@ -123,11 +131,14 @@ class ResponsesService:
 
     async def count_tokens(self, model: str, request: EngineRequest) -> int:
         """The input tokens a request's prompt takes."""
-        return await self.engine_for(model).count_tokens(request)
+        engine = self.engine_for(model)
+        _check_media(engine, request.messages)
+        return await engine.count_tokens(request)
 
     async def complete(self, model: str, request: EngineRequest) -> Completion:
         """A plain generation outside any response (the compactor's summary): its answer."""
         engine = self.engine_for(model)
+        _check_media(engine, request.messages)
         opened = await engine.open(request)
         texts: list[str] = []
         usage: Usage | None = None
@@ -168,6 +179,8 @@ class Generation:
         self._first = first
         self._unread = unread  # `generate: false`: the input's tokens; nothing is generated
         self._step: Step | None = None
+        # the engine replica that served its last step (recorded, for the chain's next turn)
+        self.served_by = first.served_by if first is not None else turn.served_by
 
     @property
     def id(self) -> str:
@@ -227,8 +240,9 @@ class Generation:
         opened, self._first = self._first, None
         if opened is None:
             toolset = self.toolbox.toolset(rounds) if self.toolbox is not None else None
-            turn = self.turn.then(self.builder.output)
+            turn = replace(self.turn.then(self.builder.output), served_by=self.served_by)
             opened = await self.engine.open(turn.engine_request(toolset, left))
+            self.served_by = opened.served_by or self.served_by
         self._step = Step(
             opened,
             self.builder,
@@ -262,6 +276,11 @@ class Generation:
     def fail_instead(self, ending: list[Event], message: str, code: str) -> list[Event]:
         """The ending not sent yet could not stand (it could not be stored)."""
         return self.builder.fail_instead(ending, message, code)
+
+
+def _check_media(engine: Engine, messages: Sequence[ChatMessage]) -> None:
+    """400 naming an image, file or audio part the model does not take, before any byte."""
+    check_media(messages, engine.info.modalities, engine.info.id)
 
 
 def _sum(a: Usage, b: Usage) -> Usage:

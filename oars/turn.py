@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING
 from oars import compactor
 from oars.compaction import TRIGGER
 from oars.errors import InvalidRequest, NotFound
-from oars.generation import ChatMessage, EngineRequest
+from oars.generation import ChatMessage, EngineRequest, Route
 from oars.normalize import ResponseRequest
 from oars.prompt import Context, Unseal, render
-from oars.store import Json, Store
+from oars.store import Chain, Json, Store
 from oars.tools import ToolSet
 
 if TYPE_CHECKING:
@@ -51,6 +51,7 @@ class Turn:
     compacted: Json | None = None  # the compaction made for it: its first output item
     output: tuple[Json, ...] = ()  # this response's output, for the generation after it
     messages: tuple[ChatMessage, ...] = ()  # `items` and `output` rendered
+    served_by: str = ""  # the engine replica that served what it continues ('' : none known)
 
     @classmethod
     async def open(
@@ -58,23 +59,20 @@ class Turn:
         request: ResponseRequest,
         store: Store | None,
         unseal: Unseal | None = None,
-        previous: Sequence[Json] | None = None,
+        previous: Chain | None = None,
     ) -> Turn:
         """The request with its whole context; 404 for an unknown response, conversation or
-        item. `previous`: the previous response's context when the caller holds it (a
+        item. `previous`: the previous response's chain when the caller holds it (a
         WebSocket keeps its last response's); otherwise it is read from the store."""
-        earlier: list[Json] = []
+        chain = Chain(())
         if request.previous_response_id is not None:
-            earlier = (
-                list(previous)
-                if previous is not None
-                else await _previous(request.previous_response_id, store)
-            )
-        conversation: list[Json] = []
+            chain = previous or await _previous(request.previous_response_id, store)
+        conversation = Chain(())
         if request.conversation_id is not None:
             conversation = await _conversation(request.conversation_id, store)
+        earlier = list(chain.items)
         new_input = await _references(request.input_items, store)
-        history = [*conversation, *earlier]
+        history = [*conversation.items, *earlier]
         _check_answers(history, new_input)
         turn = cls(
             request,
@@ -83,6 +81,7 @@ class Turn:
             new_input,
             len(history),
             unseal,
+            served_by=chain.served_by or conversation.served_by,
         )
         return turn.rendered()
 
@@ -131,6 +130,7 @@ class Turn:
             top_logprobs=r.top_logprobs,
             reasoning_effort=r.reasoning_effort,
             after_tool_output=bool(self.messages) and self.messages[-1].role == "tool",
+            route=Route(self.served_by, r.echo.get("prompt_cache_key") or ""),
         )
 
     def then(self, output: Sequence[Json]) -> Turn:
@@ -202,7 +202,9 @@ async def items_of(
     previous_response_id: str | None, items: Sequence[Json], store: Store | None
 ) -> list[Json]:
     """A previous response's context followed by these items (references resolved)."""
-    earlier = [] if previous_response_id is None else await _previous(previous_response_id, store)
+    earlier = (
+        () if previous_response_id is None else (await _previous(previous_response_id, store)).items
+    )
     return [*earlier, *await _references(items, store)]
 
 
@@ -230,7 +232,7 @@ def _no_store(param: str, what: str, code: str = "not_found") -> NotFound:
     return NotFound(f"{what} not found: this server keeps no stored state.", param=param, code=code)
 
 
-async def _previous(response_id: str, store: Store | None) -> list[Json]:
+async def _previous(response_id: str, store: Store | None) -> Chain:
     if store is None:
         raise _no_store(
             "previous_response_id",
@@ -247,13 +249,15 @@ async def _previous(response_id: str, store: Store | None) -> list[Json]:
     return context
 
 
-async def _conversation(conversation_id: str, store: Store | None) -> list[Json]:
+async def _conversation(conversation_id: str, store: Store | None) -> Chain:
+    """A conversation's items, and the replica that served its latest response."""
     if store is None:
         raise _no_store("conversation", f"Conversation with id '{conversation_id}'")
-    page = await store.conversation_items(conversation_id)
-    if page is None:
+    found = await store.get_conversation(conversation_id)
+    page = await store.conversation_items(conversation_id) if found is not None else None
+    if found is None or page is None:
         raise NotFound(f"Conversation with id '{conversation_id}' not found.", param="conversation")
-    return page.items
+    return Chain(page.items, found.served_by)
 
 
 async def _references(items: Sequence[Json], store: Store | None) -> tuple[Json, ...]:

@@ -15,6 +15,7 @@ class ModelInfo:
     id: str
     context_length: int | None = None  # None: not known here (an upstream's)
     owned_by: str = "oars"
+    modalities: tuple[str, ...] = ("text",)  # what its input may hold (oars.generation.MODALITIES)
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,11 @@ class Opened:
 
     request: EngineRequest
     parser: OutputParser
+
+    @property
+    def served_by(self) -> str:
+        """The replica that runs it, for an engine with several ('' otherwise)."""
+        return ""
 
 
 class Engine(Protocol):

@@ -24,6 +24,7 @@ from oars.engines.base import ModelInfo, Opened
 from oars.errors import ClientError, EngineError, UpstreamError, UpstreamRejected
 from oars.families import THINK_TAGS, Family, make
 from oars.generation import (
+    MODALITIES,
     ChatMessage,
     EngineChunk,
     EngineRequest,
@@ -39,11 +40,13 @@ log = logging.getLogger("oars.upstream")
 
 @dataclass(frozen=True)
 class UpstreamConfig:
-    """One model served by an upstream. `parse_calls` / `parse_think`: oars' own parsers read
-    the content (for an upstream that leaves calls or `<think>` in it unparsed)."""
+    """One model served by an upstream: one URL, or the URLs of its replicas (`urls`).
+    `parse_calls` / `parse_think`: oars' own parsers read the content (for an upstream that
+    leaves calls or `<think>` in it unparsed)."""
 
     model: str  # the name clients ask for
-    url: str  # the upstream's base URL, ending in /v1
+    url: str = ""  # the upstream's base URL, ending in /v1
+    urls: tuple[str, ...] = ()  # or its replicas' base URLs
     upstream_model: str | None = None  # the name the upstream knows it by (default: `model`)
     api_key_env: str | None = None  # the environment variable holding its API key
     parse_calls: str | None = None  # hermes, qwen3_coder or harmony
@@ -51,10 +54,34 @@ class UpstreamConfig:
     # A JSON schema as `{"type": "json_object", "schema": …}` (llama-cpp-python's server takes
     # no `json_schema` response format) instead of OpenAI's `json_schema`.
     schema_in_json_object: bool = False
+    modalities: tuple[str, ...] = MODALITIES  # what a request's input may hold
     connect_timeout: float = 10.0
     first_byte_timeout: float = 300.0  # until the upstream answers (its prefill)
     idle_timeout: float = 120.0  # between two chunks of a stream
-    max_connections: int = 512
+    max_connections: int = 512  # per replica
+    # Replicas: a chain's or a prefix's replica yields to the least busy one when it has more
+    # than `imbalance` requests in flight beyond it; `health_path` (under the base URL) is
+    # asked every `health_interval` seconds.
+    imbalance: int = 8
+    health_path: str = "/models"
+    health_interval: float = 5.0
+
+    def __post_init__(self) -> None:
+        urls = self.urls or ((self.url,) if self.url else ())
+        if not urls:
+            raise ValueError(f"the model {self.model!r} needs a url (or urls)")
+        for url in urls:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"{self.model}: expected an http or https URL, got {url!r}")
+        unknown = set(self.modalities) - set(MODALITIES)
+        if unknown or "text" not in self.modalities:
+            raise ValueError(
+                f"{self.model}: modalities are text and any of image, file, audio "
+                f"(got {', '.join(self.modalities)})"
+            )
+        object.__setattr__(self, "urls", tuple(urls))
+        object.__setattr__(self, "url", urls[0])
+        object.__setattr__(self, "modalities", tuple(self.modalities))
 
     @property
     def family(self) -> Family:
@@ -66,11 +93,11 @@ class UpstreamConfig:
 
 
 def upstream_arg(text: str) -> UpstreamConfig:
-    """`MODEL=URL` (the `--upstream` option)."""
-    model, eq, url = text.partition("=")
-    if not eq or not model or not url.startswith(("http://", "https://")):
-        raise ValueError(f"expected MODEL=URL (http or https), got {text!r}")
-    return UpstreamConfig(model, url)
+    """`MODEL=URL` or `MODEL=URL1,URL2,…` (the `--upstream` option)."""
+    model, eq, urls = text.partition("=")
+    if not eq or not model or not urls:
+        raise ValueError(f"expected MODEL=URL[,URL…] (http or https), got {text!r}")
+    return UpstreamConfig(model, urls=tuple(u.strip() for u in urls.split(",") if u.strip()))
 
 
 def load_upstreams(path: str) -> list[UpstreamConfig]:
@@ -83,31 +110,44 @@ def load_upstreams(path: str) -> list[UpstreamConfig]:
     configs = []
     for i, table in enumerate(tables):
         unknown = set(table) - known
-        if unknown or "model" not in table or "url" not in table:
+        if unknown or "model" not in table or not ("url" in table or "urls" in table):
             raise ValueError(
-                f"{path}: upstream #{i + 1} needs model and url and knows only "
+                f"{path}: upstream #{i + 1} needs model and url (or urls) and knows only "
                 f"{', '.join(sorted(known))} (got {', '.join(sorted(unknown))})"
             )
-        configs.append(UpstreamConfig(**table))
+        lists = {k: tuple(v) for k, v in table.items() if isinstance(v, list)}
+        try:
+            configs.append(UpstreamConfig(**{**table, **lists}))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{path}: upstream #{i + 1}: {exc}") from exc
     return configs
 
 
 @dataclass(frozen=True)
 class UpstreamOpened(Opened):
     response: httpx.Response | None = None
+    replica: str = ""  # the URL it was sent to, without credentials
+
+    @property
+    def served_by(self) -> str:
+        return self.replica
 
 
 class UpstreamEngine:
-    """Requests run concurrently: no lock, one pooled HTTP client per event loop."""
+    """One upstream server (one replica of a model: `url`, by default the config's first).
+    Requests run concurrently: no lock, one pooled HTTP client per event loop."""
 
-    def __init__(self, config: UpstreamConfig) -> None:
+    def __init__(self, config: UpstreamConfig, url: str | None = None) -> None:
         self.config = config
-        self.info = ModelInfo(config.model, owned_by="upstream")
+        self.url = url or config.url
+        self.name = replica_name(self.url)
+        self.info = ModelInfo(config.model, owned_by="upstream", modalities=config.modalities)
         self._client: httpx.AsyncClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.streams = 0
-        # told how long each request took to answer (its headers), or the code it failed with
-        self.observe: Callable[[str, float, str | None], None] | None = None
+        # told how long each request took to answer (its headers), or the code it failed with:
+        # (model, replica, seconds, code)
+        self.observe: Callable[[str, str, float, str | None], None] | None = None
 
     @property
     def busy(self) -> bool:
@@ -118,7 +158,7 @@ class UpstreamEngine:
         if self._client is None or self._loop is not loop:
             c = self.config
             self._client = httpx.AsyncClient(
-                base_url=c.url.rstrip("/"),
+                base_url=self.url.rstrip("/"),
                 headers=c.headers(),
                 timeout=httpx.Timeout(c.first_byte_timeout, connect=c.connect_timeout),
                 limits=httpx.Limits(
@@ -138,7 +178,18 @@ class UpstreamEngine:
     async def open(self, request: EngineRequest) -> Opened:
         response = await self._send(self._body(request))
         parser = self.config.family.parser(request.tools)
-        return UpstreamOpened(request, parser, response)
+        return UpstreamOpened(request, parser, response, self.name)
+
+    async def healthy(self) -> bool:
+        """The upstream answers its health path (a model listing by default) with a 2xx."""
+        c = self.config
+        try:
+            response = await self._http().get(
+                c.health_path, timeout=min(c.connect_timeout, max(c.health_interval, 1.0))
+            )
+        except httpx.HTTPError:
+            return False
+        return response.is_success
 
     async def count_tokens(self, request: EngineRequest) -> int:
         """The upstream's own count: a one-token, unstreamed request's `prompt_tokens`."""
@@ -173,7 +224,7 @@ class UpstreamEngine:
     async def _send(self, body: dict[str, Any]) -> httpx.Response:
         """POST, and wait for the status line: errors here are the whole response's status."""
         client = self._http()
-        where = self.config.url
+        where = self.name
         started = time.monotonic()
         try:
             request = client.build_request("POST", "/chat/completions", json=body)
@@ -188,7 +239,9 @@ class UpstreamEngine:
         except httpx.HTTPError as exc:
             self._observed(started, "upstream_unreachable")
             raise UpstreamError(
-                f"the upstream at {where} cannot be reached: {exc}", code="upstream_unreachable"
+                f"the upstream at {where} cannot be reached: {exc}",
+                code="upstream_unreachable",
+                retryable=True,
             ) from exc
         self._observed(started, None if response.status_code < 400 else str(response.status_code))
         if response.status_code >= 400:
@@ -199,7 +252,7 @@ class UpstreamEngine:
 
     def _observed(self, started: float, code: str | None) -> None:
         if self.observe is not None:
-            self.observe(self.info.id, time.monotonic() - started, code)
+            self.observe(self.info.id, self.name, time.monotonic() - started, code)
 
     async def generate(self, opened: Opened) -> AsyncIterator[EngineChunk]:
         assert isinstance(opened, UpstreamOpened) and opened.response is not None
@@ -237,7 +290,13 @@ def _rejection(response: httpx.Response, where: str) -> ClientError | EngineErro
         )
     if 400 <= status < 500:
         return UpstreamRejected(status, message, param=param, code=code, type=kind)
-    return UpstreamError(f"the upstream at {where} failed ({status}): {message}")
+    return UpstreamError(f"the upstream at {where} failed ({status}): {message}", retryable=True)
+
+
+def replica_name(url: str) -> str:
+    """A replica's URL as it is shown, counted and recorded: without credentials."""
+    parts = httpx.URL(url)
+    return str(parts.copy_with(username=None, password=None)).rstrip("/")
 
 
 def _error_fields(response: httpx.Response) -> tuple[str, str | None, str | None, str]:
@@ -331,7 +390,14 @@ _EFFORTS = {"xhigh": "high", "max": "high"}
 
 
 def _chat_message(message: ChatMessage) -> dict[str, Any]:
-    out: dict[str, Any] = {"role": message.role, "content": message.content}
+    content: Any = message.content
+    if message.parts:
+        content = [
+            {"type": "text", "text": p} if isinstance(p, str) else dict(p.part)
+            for p in message.parts
+            if p != ""
+        ]
+    out: dict[str, Any] = {"role": message.role, "content": content}
     if message.tool_calls:
         out["tool_calls"] = [_chat_call(c, i) for i, c in enumerate(message.tool_calls)]
     if message.tool_call_id is not None:

@@ -25,6 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from oars import api, logs
+from oars.engines.replicas import ReplicaSet
 from oars.engines.upstream import UpstreamEngine
 from oars.errors import ClientError, EngineError, StoreUnavailable
 from oars.http import conversations, pages, responses, websocket
@@ -339,12 +340,22 @@ def create_app(
     for engine in service.engines.values():
         if isinstance(engine, UpstreamEngine):
             engine.observe = metrics.upstream_reply
+        elif isinstance(engine, ReplicaSet):
+            engine.watch(metrics.upstream_reply)
+            engine.observe = metrics.upstream_event
+    metrics.replicas = lambda: {
+        (engine.info.id, r.name): (r.in_flight, r.healthy)
+        for engine in service.engines.values()
+        if isinstance(engine, ReplicaSet)
+        for r in engine.replicas
+    }
     if service.toolboxes is not None:
         service.toolboxes.observe = metrics.mcp_call
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await runs.open()
+        await service.open()
         try:
             yield
         finally:

@@ -25,7 +25,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from oars.errors import ClientError, EngineError, InvalidRequest, StoreUnavailable
 from oars.http.common import Shared, create_request, parse_json
 from oars.runs import RunHandle
-from oars.store import Json
+from oars.store import Chain
 
 log = logging.getLogger("oars.http")
 
@@ -40,7 +40,7 @@ class _Socket:
         self.websocket = websocket
         self.oars: Shared = websocket.app.state.oars
         self.tenant = str(websocket.scope.get("state", {}).get("tenant", ""))
-        self.last: tuple[str, tuple[Json, ...]] | None = None  # (response id, its context)
+        self.last: tuple[str, Chain] | None = None  # (response id, its chain)
         self.running: RunHandle | None = None
         self.open = True
 
@@ -127,7 +127,8 @@ class _Socket:
         forgets the response it continued."""
         snapshot = handle.snapshot
         if snapshot["status"] in ("completed", "incomplete"):
-            self.last = (handle.id, (*handle.turn.stored_input, *snapshot["output"]))
+            context = (*handle.turn.stored_input, *snapshot["output"])
+            self.last = (handle.id, Chain(context, handle.generation.served_by))
         else:
             self._forget(previous)
 

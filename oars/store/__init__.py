@@ -2,6 +2,7 @@
 
 from oars.store.base import (
     TERMINAL_STATUSES,
+    Chain,
     Conversation,
     Finished,
     Json,
@@ -14,6 +15,7 @@ from oars.store.sql import SqlStore, database_url
 
 __all__ = [
     "TERMINAL_STATUSES",
+    "Chain",
     "Conversation",
     "Finished",
     "Json",

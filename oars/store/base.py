@@ -26,6 +26,7 @@ class StoredResponse:
     owner: str = ""  # the replica that runs it
     cancel_requested: bool = False
     tenant: str = ""  # whose it is: the hashed API key that made it ('' without keys)
+    served_by: str = ""  # the engine replica that generated it ('' : one engine, or not yet)
 
     @property
     def id(self) -> str:
@@ -56,6 +57,16 @@ class Finished:
     snapshot: Json
     events: Sequence[Json] = ()  # the log's tail not yet appended
     conversation_items: Sequence[Json] = ()  # appended to the response's conversation
+    served_by: str = ""  # the engine replica that generated it (its conversation's too)
+
+
+@dataclass(frozen=True)
+class Chain:
+    """What a continuation continues: the response's context (input, then output), and the
+    engine replica that served it, whose cache holds that prompt ('' : not known)."""
+
+    items: Sequence[Json]
+    served_by: str = ""
 
 
 @dataclass(frozen=True)
@@ -70,6 +81,7 @@ class Conversation:
     created_at: int
     metadata: Mapping[str, str] = field(default_factory=dict)
     tenant: str = ""
+    served_by: str = ""  # the engine replica that served its latest response
 
     def wire(self) -> Json:
         return {
@@ -114,8 +126,9 @@ class Store(Protocol):
         self, response_id: str, *, after: str | None, limit: int, order: str
     ) -> Page | None: ...
 
-    async def context(self, response_id: str) -> list[Json] | None:
-        """The previous response's input items, then its output items (for chaining)."""
+    async def context(self, response_id: str) -> Chain | None:
+        """The response's input items, then its output items, and who served it (for
+        chaining)."""
         ...
 
     async def find_items(

@@ -44,6 +44,7 @@ responses = Table(
     Column("created_at", Integer, nullable=False),
     Column("snapshot", Text, nullable=False),  # the latest Response object, as JSON
     Column("tenant", String(64), nullable=False, server_default=""),  # the API key's, hashed
+    Column("served_by", String(300), nullable=False, server_default=""),  # the engine replica
 )
 Index("responses_running", responses.c.status, responses.c.lease_until)
 
@@ -73,6 +74,7 @@ conversations = Table(
     Column("created_at", Integer, nullable=False),
     Column("metadata", Text, nullable=False),
     Column("tenant", String(64), nullable=False, server_default=""),
+    Column("served_by", String(300), nullable=False, server_default=""),  # its latest response's
 )
 
 conversation_items = Table(
@@ -99,8 +101,18 @@ def _v2(conn: Connection) -> None:
             )
 
 
+def _v3(conn: Connection) -> None:
+    """Responses and conversations record the engine replica that served them (`served_by`),
+    so a chain's next turn goes to the replica whose cache holds it."""
+    for table in ("responses", "conversations"):
+        if "served_by" not in {c["name"] for c in inspect(conn).get_columns(table)}:
+            conn.execute(
+                text(f"ALTER TABLE {table} ADD COLUMN served_by VARCHAR(300) NOT NULL DEFAULT ''")
+            )
+
+
 # Step N brings the schema from version N-1 to N. Append; never edit a released step.
-STEPS: list[Callable[[Connection], None]] = [_v1, _v2]
+STEPS: list[Callable[[Connection], None]] = [_v1, _v2, _v3]
 
 
 async def upgrade(engine: AsyncEngine) -> int:

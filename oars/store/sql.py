@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 from oars.errors import StoreUnavailable
 from oars.events.orphan import orphan_ending
 from oars.store.base import (
+    Chain,
     Conversation,
     Finished,
     Json,
@@ -190,7 +191,7 @@ class SqlStore:
         kept = await conn.execute(
             update(responses)
             .where(responses.c.id == response_id)
-            .values(status=snapshot["status"], snapshot=dumps(snapshot))
+            .values(status=snapshot["status"], snapshot=dumps(snapshot), served_by=done.served_by)
         )
         if not kept.rowcount:
             return  # deleted while it ran (from another replica): leave nothing behind
@@ -211,6 +212,11 @@ class SqlStore:
             ).scalar()
             if conversation_id is not None:
                 await self._add_items(conn, conversation_id, done.conversation_items)
+                await conn.execute(
+                    update(conversations)
+                    .where(conversations.c.id == conversation_id)
+                    .values(served_by=done.served_by)
+                )
 
     @_guard
     async def get(self, response_id: str) -> StoredResponse | None:
@@ -227,6 +233,7 @@ class SqlStore:
             owner=row.owner,
             cancel_requested=row.cancel_requested,
             tenant=row.tenant,
+            served_by=row.served_by,
         )
 
     @_guard
@@ -271,10 +278,12 @@ class SqlStore:
         return page if page is not None else Page([], False)
 
     @_guard
-    async def context(self, response_id: str) -> list[Json] | None:
-        if await self.get(response_id) is None:
+    async def context(self, response_id: str) -> Chain | None:
+        stored = await self.get(response_id)
+        if stored is None:
             return None
-        return await self._items(response_id, "input") + await self._items(response_id, "output")
+        items = await self._items(response_id, "input") + await self._items(response_id, "output")
+        return Chain(items, stored.served_by)
 
     @_guard
     async def find_items(
@@ -404,7 +413,9 @@ class SqlStore:
             ).first()
         if row is None:
             return None
-        return Conversation(row.id, row.created_at, json.loads(row.metadata), row.tenant)
+        return Conversation(
+            row.id, row.created_at, json.loads(row.metadata), row.tenant, row.served_by
+        )
 
     @_guard
     async def update_conversation(

@@ -10,7 +10,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from oars.store.base import Conversation, Finished, Json, NewResponse, Page, Store, StoredResponse
+from oars.store.base import (
+    Chain,
+    Conversation,
+    Finished,
+    Json,
+    NewResponse,
+    Page,
+    Store,
+    StoredResponse,
+)
 
 
 class Scoped:
@@ -63,7 +72,7 @@ class Scoped:
             return None
         return await self.inner.input_items(response_id, after=after, limit=limit, order=order)
 
-    async def context(self, response_id: str) -> list[Json] | None:
+    async def context(self, response_id: str) -> Chain | None:
         if await self._mine(response_id) is None:
             return None
         return await self.inner.context(response_id)

@@ -691,7 +691,11 @@ def test_upstream_latency_and_faults_are_in_the_metrics(upstream: Replay) -> Non
         return text
 
     m = scrape(asyncio.run(go()))
-    assert value(m, "oars_upstream_first_byte_seconds_count", model="up") == 1
-    assert value(m, "oars_upstream_errors_total", model="down", code="upstream_unreachable") == 1
+    up_url = upstream.url
+    assert value(m, "oars_upstream_first_byte_seconds_count", model="up", replica=up_url) == 1
+    errors = value(
+        m, "oars_upstream_errors_total", model="down", replica=dead, code="upstream_unreachable"
+    )
+    assert errors == 1
     assert value(m, "oars_responses_total", model="up", status="completed") == 1
     assert value(m, "oars_tokens_total", model="up", kind="output") > 0
