@@ -5,6 +5,7 @@ broken: cut mid-way, garbage, a stall, no `[DONE]`, an error status, slow header
         upstream.play(Scenario(chunks))       # the next request gets this stream
         ... point an UpstreamEngine at upstream.url ...
         upstream.bodies[-1]                   # what oars sent
+        upstream.healthy = False              # its health checks fail (GET …/models: 503)
 """
 
 from __future__ import annotations
@@ -75,6 +76,8 @@ class Replay:
         self.bodies: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.closed = threading.Event()  # a client closed its stream before the end
+        self.healthy = True  # how it answers a health check (GET …/models)
+        self.health_checks = 0
         replay = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -82,6 +85,16 @@ class Replay:
 
             def log_message(self, *args: Any) -> None:
                 pass
+
+            def do_GET(self) -> None:
+                replay.health_checks += 1
+                ok = replay.healthy and self.path.rstrip("/").endswith("/models")
+                body = json.dumps({"object": "list", "data": [{"id": "up"}]} if ok else {})
+                self.send_response(200 if ok else 503)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body.encode())
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
