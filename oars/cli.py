@@ -154,6 +154,13 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds a generation may run before it fails (default 1800; 0: none)",
     )
     serve.add_argument(
+        "--keepalive",
+        type=float,
+        default=float(_env("KEEPALIVE", "15")),
+        help="seconds of silence after which a stream gets an SSE comment, and a WebSocket a "
+        "ping (default 15), so proxies that cut idle connections keep a long prefill's",
+    )
+    serve.add_argument(
         "--api-key",
         action="append",
         default=[],
@@ -305,6 +312,7 @@ def _serve(args: argparse.Namespace) -> None:
         max_output_tokens=args.max_output_tokens,
         concurrent_per_key=args.max_concurrent_per_key,
         request_timeout=args.request_timeout or None,
+        keepalive_seconds=args.keepalive,
     )
     app = create_app(service, store, replica=replica, limits=limits, api_keys=keys, public=public)
     where = "nothing stored" if store is None else f"store {_redacted(spec)}, replica {replica}"
@@ -331,6 +339,7 @@ def _serve(args: argparse.Namespace) -> None:
         log_config=None,
         access_log=False,
         ws_max_size=limits.max_body_bytes,
+        ws_ping_interval=limits.keepalive_seconds,
     )
 
 

@@ -66,17 +66,30 @@ class EventLog:
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
 
-    async def follow(self, after: int = -1) -> AsyncIterator[Event]:
-        """Events with `sequence_number > after`, live until the log closes."""
+    async def follow(
+        self, after: int = -1, keepalive: float | None = None
+    ) -> AsyncIterator[list[Event]]:
+        """Events with `sequence_number > after`, live until the log closes: each time, all
+        that came since the last (one write for a reader that fell behind). With `keepalive`,
+        an empty batch after that many seconds without an event."""
         position = after + 1  # sequence numbers are the log's positions
         while True:
             changed = self._changed
-            while position < len(self.events):
-                yield self.events[position]
-                position += 1
-            if self.closed:
+            if position < len(self.events):
+                batch = self.events[position:]
+                position += len(batch)
+                yield batch
+            if self.closed and position >= len(self.events):
                 return
-            await changed.wait()
+            if position < len(self.events):
+                continue
+            if keepalive is None:
+                await changed.wait()
+                continue
+            try:
+                await asyncio.wait_for(changed.wait(), keepalive)
+            except TimeoutError:
+                yield []
 
 
 class RunHandle:
@@ -116,8 +129,16 @@ class RunHandle:
             tenant=self.request.tenant,
         )
 
-    def events(self, after: int = -1) -> AsyncIterator[Event]:
-        return self.log.follow(after)
+    async def events(self, after: int = -1) -> AsyncIterator[Event]:
+        async for batch in self.log.follow(after):
+            for event in batch:
+                yield event
+
+    def batches(
+        self, after: int = -1, keepalive: float | None = None
+    ) -> AsyncIterator[list[Event]]:
+        """The events in batches (see `EventLog.follow`)."""
+        return self.log.follow(after, keepalive)
 
     async def result(self) -> dict[str, Any]:
         """The final snapshot, once the producer has ended (and stored it)."""
@@ -382,23 +403,34 @@ class Tenant:
             raise _missing(response_id)
         return stored
 
-    async def follow(self, response_id: str, after: int) -> AsyncIterator[Event]:
-        """A response's events after `after`: live from this replica's log, or polled from the
-        store when another replica runs it. Ends on the terminal event, always."""
+    async def follow(
+        self, response_id: str, after: int, keepalive: float | None = None
+    ) -> AsyncIterator[list[Event]]:
+        """A response's events after `after`, in batches: live from this replica's log, or
+        polled from the store when another replica runs it. Ends on the terminal event,
+        always. With `keepalive`, an empty batch after that many seconds without one."""
         await self.get(response_id)
         handle = self.active(response_id)
         if handle is not None:
-            async for event in handle.events(after):
-                yield event
+            async for events in handle.batches(after, keepalive):
+                yield events
             return
         assert self.store is not None
+        quiet = time.monotonic()
         while True:
             batch = await self.store.events(response_id, after=after)
-            for event in batch:
-                yield event
-                after = event["sequence_number"]
-                if event["type"] in TERMINAL_EVENTS:
+            ending = next(
+                (i for i, e in enumerate(batch) if e["type"] in TERMINAL_EVENTS), len(batch) - 1
+            )
+            if batch:
+                yield batch[: ending + 1]
+                quiet = time.monotonic()
+                after = batch[ending]["sequence_number"]
+                if batch[ending]["type"] in TERMINAL_EVENTS:
                     return
+            elif keepalive is not None and time.monotonic() - quiet >= keepalive:
+                yield []
+                quiet = time.monotonic()
             if not batch:
                 stored = await self.store.get(response_id)
                 if stored is None or (

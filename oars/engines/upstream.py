@@ -33,6 +33,7 @@ from oars.generation import (
     TopLogprob,
     Usage,
 )
+from oars.jsonfast import loads
 from oars.parsing import Segment, SegmentKind
 
 log = logging.getLogger("oars.upstream")
@@ -260,11 +261,13 @@ class UpstreamEngine:
         self.streams += 1
         try:
             timeouts = (self.config.first_byte_timeout, self.config.idle_timeout)
-            async for data in _sse_data(response, *timeouts):
-                if data == "[DONE]":
+            async for payloads in _sse_data(response, *timeouts):
+                done = b"[DONE]" in payloads
+                for data in payloads[: payloads.index(b"[DONE]")] if done else payloads:
+                    for chunk in reader.read(_json_object(data)):
+                        yield chunk
+                if done:
                     break
-                for chunk in reader.read(_json_object(data)):
-                    yield chunk
             *rest, last = reader.finish()
             for chunk in rest:
                 yield chunk
@@ -319,29 +322,37 @@ def _error_fields(response: httpx.Response) -> tuple[str, str | None, str | None
     return str(error)[:500], None, None, "invalid_request_error"
 
 
-async def _sse_data(response: httpx.Response, first: float, idle: float) -> AsyncIterator[str]:
-    """The `data:` payloads of an SSE body. Engines that answer with their headers at once
-    queue and prefill before the first chunk (`first` seconds allowed); after it, an upstream
-    silent for `idle` seconds has stalled."""
-    lines = response.aiter_lines().__aiter__()
-    wait = first
+async def _sse_data(
+    response: httpx.Response, first: float, idle: float
+) -> AsyncIterator[list[bytes]]:
+    """The `data:` payloads of an SSE body, as many as each read brings (under load, several
+    chunks a read: one timer and one hop a read, not a line). Engines that answer with their
+    headers at once queue and prefill before the first chunk (`first` seconds allowed); after
+    it, an upstream silent for `idle` seconds has stalled."""
+    reads = response.aiter_bytes().__aiter__()
+    wait, rest = first, b""
     while True:
         try:
-            line = await asyncio.wait_for(lines.__anext__(), wait)
+            async with asyncio.timeout(wait):
+                data = await reads.__anext__()
             wait = idle
         except StopAsyncIteration:
+            if rest.startswith(b"data:"):  # a last line without its newline
+                yield [rest[5:].strip()]
             return
         except TimeoutError as exc:
             raise EngineError(f"the upstream sent nothing for {wait:g} s") from exc
         except httpx.HTTPError as exc:
             raise EngineError(f"the upstream's stream broke: {exc}") from exc
-        if line.startswith("data:"):
-            yield line[5:].strip()
+        *lines, rest = (rest + data).split(b"\n")
+        payloads = [line[5:].strip() for line in lines if line.startswith(b"data:")]
+        if payloads:
+            yield payloads
 
 
-def _json_object(data: str) -> dict[str, Any]:
+def _json_object(data: bytes) -> dict[str, Any]:
     try:
-        value = json.loads(data)
+        value = loads(data)
     except ValueError as exc:
         raise EngineError(f"the upstream sent a chunk that is not JSON: {data[:200]!r}") from exc
     if not isinstance(value, dict):

@@ -29,6 +29,7 @@ class Limits:
     max_output_tokens: int | None = None  # 400 above it; the default limit when none is asked
     concurrent_per_key: int | None = None  # unfinished responses per key (429 past it)
     request_timeout: float | None = 1800.0  # a generation's wall time (then it fails)
+    keepalive_seconds: float = 15.0  # a silent stream gets an SSE comment (a socket, a ping)
 
 
 DEFAULT_LIMITS = Limits()

@@ -29,7 +29,7 @@ from oars.http.common import (
     store_of,
     view,
 )
-from oars.http.sse import encode_stream
+from oars.http.sse import encode_batches
 from oars.ids import new_id
 from oars.normalize import ENCRYPTED_REASONING, INCLUDABLE, normalize_compact
 from oars.runs import RunHandle
@@ -40,9 +40,9 @@ log = logging.getLogger("oars.http")
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-def _sse(events: AsyncIterator[Event]) -> StreamingResponse:
+def _sse(batches: AsyncIterator[list[Event]]) -> StreamingResponse:
     return StreamingResponse(
-        encode_stream(events), media_type="text/event-stream", headers=_SSE_HEADERS
+        encode_batches(batches), media_type="text/event-stream", headers=_SSE_HEADERS
     )
 
 
@@ -50,7 +50,8 @@ async def create(request: Request) -> Response:
     req = create_request(shared(request), await read_json(request))
     handle = await view(request).submit(req)
     if req.stream:
-        return _sse(_read(handle, owns=not req.background))
+        keepalive = shared(request).limits.keepalive_seconds
+        return _sse(_read(handle, keepalive, owns=not req.background))
     if req.background:
         return JSON(handle.initial)
     if not await _finish_unless_disconnected(handle, request):
@@ -63,11 +64,13 @@ async def create(request: Request) -> Response:
     return JSON(response)
 
 
-async def _read(handle: RunHandle, after: int = -1, *, owns: bool) -> AsyncIterator[Event]:
+async def _read(
+    handle: RunHandle, keepalive: float | None, *, owns: bool
+) -> AsyncIterator[list[Event]]:
     """A reader of the run's log; one that owns the run stops it when the client goes away."""
     try:
-        async for event in handle.events(after):
-            yield event
+        async for batch in handle.batches(-1, keepalive):
+            yield batch
     finally:
         if owns and not handle.done:
             log.info("client disconnected; generation stopped")
@@ -142,7 +145,7 @@ async def retrieve(request: Request) -> Response:
             param="stream",
         )
     after = query_int(request, "starting_after", -1, -1, 2**31 - 1)
-    return _sse(tenant.follow(response_id, after))
+    return _sse(tenant.follow(response_id, after, shared(request).limits.keepalive_seconds))
 
 
 async def delete(request: Request) -> Response:

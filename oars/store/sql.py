@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 
 from oars.errors import StoreUnavailable
 from oars.events.orphan import orphan_ending
+from oars.jsonfast import dumps as _dumps
 from oars.store.base import (
     Chain,
     Conversation,
@@ -44,7 +45,7 @@ _UNFINISHED = ("queued", "in_progress")
 
 
 def dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"))
+    return _dumps(value)
 
 
 def database_url(spec: str) -> str:
