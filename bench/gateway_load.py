@@ -188,9 +188,14 @@ def main() -> None:
                         oars_port,
                         "/v1/responses",
                         {"store": False},
-                        "output_text.delta",
+                        "event: response.output_text.delta",
                     ),
-                    "store on": (oars_port, "/v1/responses", {"store": True}, "event: response.output_text.delta"),
+                    "store on": (
+                        oars_port,
+                        "/v1/responses",
+                        {"store": True},
+                        "event: response.output_text.delta",
+                    ),
                 }
                 results: dict[str, list[dict[str, float]]] = {k: [] for k in paths}
                 for rep in range(args.reps + 1):  # the first round warms up

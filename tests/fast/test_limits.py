@@ -94,3 +94,23 @@ def test_a_body_that_arrives_too_slowly_is_a_408() -> None:
 
     r = asyncio.run(_with(Limits(body_seconds=0.2), ScriptedEngine(), body))
     assert r.status_code == 408 and r.json()["error"]["code"] == "request_timeout"
+
+
+def test_a_silent_stream_gets_keep_alive_comments_and_stays_valid() -> None:
+    """A long prefill is silent: past `keepalive_seconds` without an event, the stream gets an
+    SSE comment, which clients skip."""
+    engine = ScriptedEngine(["slow", " answer"], delay=0.5)
+    app = create_app(ResponsesService(engine), limits=Limits(keepalive_seconds=0.15))
+
+    async def go() -> str:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t", timeout=30) as c:
+            body = {"model": "m", "input": "x", "stream": True}
+            r = await c.post("/v1/responses", json=body)
+            return r.text
+
+    text = asyncio.run(go())
+    assert text.count(": keep-alive\n\n") >= 4
+    report = validate_sse(text)
+    assert report.ok, report.violations
+    assert '"text":"slow answer"' in text
