@@ -19,10 +19,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from tests.conftest import free_port
+from tests.model.conftest import _wait_ready
 
 UPSTREAM = r"""
 import asyncio, json, sys
@@ -125,20 +125,6 @@ def _children(pid: int) -> list[int]:
     return [int(p) for p in out.split()]
 
 
-def _wait(port: int, path: str = "/health") -> None:
-    import httpx
-
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            httpx.get(f"http://127.0.0.1:{port}{path}", timeout=1)
-            return
-        except httpx.HTTPError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
-
-
 def _round(port: int, path: str, body: dict[str, object], marker: str, n: int) -> dict[str, float]:
     out = subprocess.run(
         [sys.executable, "-c", CLIENT, str(port), path, json.dumps(body), marker, str(n)],
@@ -175,7 +161,7 @@ def main() -> None:
     server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, cwd=args.oars)
     rows = []
     try:
-        _wait(oars_port)
+        _wait_ready(f"http://127.0.0.1:{oars_port}", server, Path("/dev/null"))
         pids = [server.pid, *_children(server.pid)]
         for rate in (float(r) for r in args.rates.split(",")):
             for n in (int(s) for s in args.streams.split(",")):

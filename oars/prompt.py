@@ -115,16 +115,21 @@ def _no_file_id(part: Json, param: str, what: str) -> None:
         )
 
 
-def _image(part: Json, param: str) -> Media:
-    _no_file_id(part, param, "image as image_url (a URL or a data URL)")
-    url = part.get("image_url")
-    if not isinstance(url, str) or not url:
+def _required(part: Json, key: str, param: str) -> str:
+    """A part's non-empty string field, or a 400 naming it as missing."""
+    value = part.get(key)
+    if not isinstance(value, str) or not value:
         raise _fail(
-            f"Missing required parameter: '{param}.image_url'.",
-            f"{param}.image_url",
+            f"Missing required parameter: '{param}.{key}'.",
+            f"{param}.{key}",
             "missing_required_parameter",
         )
-    image: dict[str, Any] = {"url": url}
+    return value
+
+
+def _image(part: Json, param: str) -> Media:
+    _no_file_id(part, param, "image as image_url (a URL or a data URL)")
+    image: dict[str, Any] = {"url": _required(part, "image_url", param)}
     detail = part.get("detail")
     if detail is not None:
         if detail not in ("auto", "low", "high"):
@@ -145,14 +150,7 @@ def _file(part: Json, param: str) -> Media:
             f"{param}.file_url",
             "unsupported_value",
         )
-    data = part.get("file_data")
-    if not isinstance(data, str) or not data:
-        raise _fail(
-            f"Missing required parameter: '{param}.file_data'.",
-            f"{param}.file_data",
-            "missing_required_parameter",
-        )
-    file: dict[str, Any] = {"file_data": data}
+    file: dict[str, Any] = {"file_data": _required(part, "file_data", param)}
     if isinstance(part.get("filename"), str):
         file["filename"] = part["filename"]
     return Media("input_file", {"type": "file", "file": file}, param)

@@ -26,6 +26,7 @@ from oars.http import create_app
 from oars.service import ResponsesService
 from tests.conftest import free_port, new_database
 from tests.fast.test_operator import scrape, value
+from tests.fast.test_replicas import _wait
 from tests.upstream_replay import Replay, Scenario, text_stream
 
 ROOT = Path(__file__).parent.parent.parent
@@ -53,17 +54,7 @@ def gateway(config: Path, store: str, name: str = "g1") -> Iterator[str]:
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     base = f"http://127.0.0.1:{port}/v1"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(proc.stderr.read().decode() if proc.stderr else "exited")
-            try:
-                httpx.get(f"http://127.0.0.1:{port}/health", timeout=1)
-                break
-            except httpx.HTTPError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+        _wait(base, proc)
         yield base
     finally:
         proc.terminate()
