@@ -6,15 +6,14 @@ response, and starts one producer task that drives the generation and appends ev
 from any sequence number; none of them owns the generation. A streamed response that is not in
 the background is cancelled when its reader goes away; a background one runs on.
 
-The producer writes the log to the store in small batches as it goes, and the final snapshot,
-output items and last events in one transaction at the end. A heartbeat keeps this replica's
+The replica's one `Writer` keeps the response before its first byte, the log as it grows, and
+the final snapshot, output items and last events at the end. A heartbeat keeps this replica's
 leases alive, carries cancels asked for on other replicas, and fails the runs of dead replicas.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import Counter
@@ -37,6 +36,7 @@ from oars.store import (
 )
 from oars.store.tenant import scoped
 from oars.turn import Turn
+from oars.writer import Kept, Writer
 
 log = logging.getLogger("oars.runs")
 
@@ -179,6 +179,7 @@ class Runs:
         self.active: dict[str, RunHandle] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._heartbeat: asyncio.Task[None] | None = None
+        self.writer = Writer(store, interval=_FLUSH_SECONDS) if store is not None else None
 
     # ---- lifecycle ------------------------------------------------------------------------
 
@@ -203,6 +204,8 @@ class Runs:
             handle.cancel()
         if self._tasks:
             await asyncio.wait(self._tasks, timeout=10)
+        if self.writer is not None:
+            await self.writer.close()
 
     async def _beat(self) -> None:
         assert self.store is not None
@@ -273,14 +276,18 @@ class Runs:
         return handle
 
     async def _begin(self, handle: RunHandle) -> None:
-        assert self.store is not None
+        assert self.writer is not None
         turn = handle.turn
         stored = handle.stored(handle.initial, self.replica)
-        new = NewResponse(stored, turn.stored_input, turn.request.conversation_id)
-        await self.store.begin(new, lease_seconds=self.lease_seconds)
+        new = NewResponse(
+            stored, turn.stored_input, turn.request.conversation_id, self.lease_seconds
+        )
+        await self.writer.begin(new)
 
     async def _produce(self, handle: RunHandle, begun: asyncio.Future[None] | None) -> None:
-        logged = _Persisted(self.store if begun is not None else None, handle, begun)
+        kept: Kept | None = None
+        if begun is not None and self.writer is not None:
+            kept = self.writer.track(handle, begun, logged=handle.streamed)
         generation = handle.generation
         events = generation.events(handle.clock)
         ending: list[Event] = []  # held back until the response is kept
@@ -291,7 +298,8 @@ class Runs:
             async with asyncio.timeout(self.request_timeout):
                 async for event in events:
                     ending = _publish(handle, [event], ending)
-                    logged.check()
+                    if kept is not None:
+                        kept.check()
             handle.generating = False
         except asyncio.CancelledError:
             handle.generating = False
@@ -312,8 +320,8 @@ class Runs:
             handle.unkept = True
             ending = _publish(handle, generation.fail(str(exc), code="store_unavailable"), ending)
         try:
-            await logged.stop()
-            await logged.finish(ending)
+            if kept is not None:
+                await self._finish(kept, handle, ending)
         except StoreUnavailable as exc:
             log.error("response %s could not be stored: %s", handle.id, exc)
             handle.unkept = True
@@ -324,6 +332,18 @@ class Runs:
             handle.log.close()
             self.active.pop(handle.id, None)
             self._ended(handle)
+
+    async def _finish(self, kept: Kept, handle: RunHandle, ending: list[Event]) -> None:
+        assert self.writer is not None
+        snapshot = handle.snapshot
+        done = Finished(
+            handle.id,
+            snapshot,
+            ending if handle.streamed else [],
+            handle.turn.conversation_items(snapshot),
+            handle.generation.served_by,
+        )
+        await self.writer.finish(kept, done)
 
     def _ended(self, handle: RunHandle) -> None:
         snapshot, clock = handle.snapshot, handle.clock
@@ -471,78 +491,6 @@ class Tenant:
             await handle.result()
         if not await self.store.delete(response_id):
             raise _missing(response_id)
-
-
-class _Persisted:
-    """What of a run's log is in the store: batches while it runs, written by a task of their
-    own so that the producer never waits on the database (with the snapshot when the status
-    moves, so other replicas see it), and the rest at the end. Nothing is written before the
-    response's first write (`begun`) has landed, nor at all if it failed."""
-
-    def __init__(
-        self, store: Store | None, handle: RunHandle, begun: asyncio.Future[None] | None
-    ) -> None:
-        self.store, self.handle, self.begun = store, handle, begun
-        self.written = 0
-        self.status = handle.initial["status"]
-        self.error: StoreUnavailable | None = None
-        self._stopping = asyncio.Event()
-        streamed = begun is not None and handle.streamed
-        self._flusher = asyncio.create_task(self._flush_every()) if streamed else None
-
-    def _ready(self) -> bool:
-        return self.begun is not None and self.begun.done() and self.begun.exception() is None
-
-    def check(self) -> None:
-        """Raise what a batch write met (the run then fails: its log could not be kept)."""
-        if self.error is not None:
-            raise self.error
-
-    async def _flush_every(self) -> None:
-        assert self.begun is not None
-        await asyncio.wait([self.begun])
-        while self._ready() and not self._stopping.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), _FLUSH_SECONDS)
-            try:
-                await self.flush()
-            except StoreUnavailable as exc:
-                self.error = exc
-                return
-
-    async def stop(self) -> None:
-        """Let the batch being written land; write no more batches."""
-        self._stopping.set()
-        if self._flusher is not None:
-            await self._flusher
-
-    async def flush(self) -> None:
-        assert self.store is not None
-        batch = self.handle.log.events[self.written :]
-        status = self.handle.snapshot["status"]
-        # A terminal status is written with the ending, by `finish`: written here, ahead of the
-        # held-back ending, a reader on another replica would see the response finished while
-        # its log still lacks the terminal event.
-        moved = status != self.status and status not in TERMINAL_STATUSES
-        snapshot = self.handle.snapshot if moved else None
-        if batch:
-            await self.store.append_events(self.handle.id, batch, snapshot)
-            self.written += len(batch)
-            self.status = status if moved else self.status
-
-    async def finish(self, ending: list[Event]) -> None:
-        if self.begun is None:
-            return
-        await asyncio.wait([self.begun])
-        if not self._ready():
-            return  # the response was never kept: nothing to finish
-        assert self.store is not None
-        snapshot = self.handle.snapshot
-        tail = [*self.handle.log.events[self.written :], *ending] if self.handle.streamed else []
-        conversation = self.handle.turn.conversation_items(snapshot)
-        served_by = self.handle.generation.served_by
-        await self.store.finish(self.handle.id, Finished(snapshot, tail, conversation, served_by))
-        self.written += len(tail)
 
 
 def _publish(handle: RunHandle, events: list[Event], ending: list[Event]) -> list[Event]:

@@ -6,10 +6,12 @@ from oars.store.base import (
     Conversation,
     Finished,
     Json,
+    Logged,
     NewResponse,
     Page,
     Store,
     StoredResponse,
+    Writes,
 )
 from oars.store.sql import SqlStore, database_url
 
@@ -19,10 +21,12 @@ __all__ = [
     "Conversation",
     "Finished",
     "Json",
+    "Logged",
     "NewResponse",
     "Page",
     "SqlStore",
     "Store",
     "StoredResponse",
+    "Writes",
     "database_url",
 ]

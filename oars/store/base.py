@@ -43,21 +43,44 @@ class StoredResponse:
 
 @dataclass(frozen=True)
 class NewResponse:
-    """What `Store.begin` writes before the first byte of a response is sent."""
+    """A response that starts now, kept before the first byte of it is sent."""
 
     response: StoredResponse
     input_items: Sequence[Json]  # the whole context the response was made from, with ids
     conversation_id: str | None = None
+    lease_seconds: float = 10.0  # its owner's lease, renewed by the heartbeat
+
+
+@dataclass(frozen=True)
+class Logged:
+    """Consecutive events of a running response's log; with its snapshot when its status
+    moved (so that other replicas see it running)."""
+
+    response_id: str
+    events: Sequence[Json]
+    snapshot: Json | None = None
 
 
 @dataclass(frozen=True)
 class Finished:
-    """What `Store.finish` writes, all in one transaction."""
+    """A response that ended: its final snapshot, output items, last events, conversation."""
 
+    response_id: str
     snapshot: Json
-    events: Sequence[Json] = ()  # the log's tail not yet appended
+    events: Sequence[Json] = ()  # the log's tail not yet logged
     conversation_items: Sequence[Json] = ()  # appended to the response's conversation
     served_by: str = ""  # the engine replica that generated it (its conversation's too)
+
+
+@dataclass(frozen=True)
+class Writes:
+    """What `Store.write` keeps in one transaction, in this order: new responses, events of
+    running ones, ended ones. A response deleted meanwhile (by another replica) gets nothing
+    back from its end."""
+
+    begun: Sequence[NewResponse] = ()
+    logged: Sequence[Logged] = ()
+    finished: Sequence[Finished] = ()
 
 
 @dataclass(frozen=True)
@@ -99,19 +122,8 @@ class Store(Protocol):
         """Connect; create or upgrade the schema."""
         ...
 
-    async def begin(self, new: NewResponse, *, lease_seconds: float) -> None:
-        """Keep a response that starts now, with its input items."""
-        ...
-
-    async def append_events(
-        self, response_id: str, events: Sequence[Json], snapshot: Json | None = None
-    ) -> None:
-        """Add to the event log; with `snapshot`, also keep the response as it is now (so that
-        other replicas see it running)."""
-        ...
-
-    async def finish(self, response_id: str, done: Finished) -> None:
-        """The response ended: its final snapshot, output items, last events, conversation."""
+    async def write(self, writes: Writes) -> None:
+        """Keep responses that start, log events of running ones, end others: all or nothing."""
         ...
 
     async def get(self, response_id: str) -> StoredResponse | None: ...

@@ -59,12 +59,14 @@ response_items = Table(
 )
 Index("response_items_by_id", response_items.c.item_id)
 
-response_events = Table(
-    "response_events",
+# A response's event log, a batch of consecutive events a row (as the writer kept them).
+response_logs = Table(
+    "response_logs",
     metadata,
     Column("response_id", _ID, primary_key=True),
-    Column("sequence_number", Integer, primary_key=True),
-    Column("event", Text, nullable=False),
+    Column("first_sequence", Integer, primary_key=True),
+    Column("last_sequence", Integer, nullable=False),
+    Column("events", Text, nullable=False),  # a JSON array of events, in order
 )
 
 conversations = Table(
@@ -111,8 +113,24 @@ def _v3(conn: Connection) -> None:
             )
 
 
+def _v4(conn: Connection) -> None:
+    """The event log is kept a batch a row (`response_logs`), not an event a row
+    (`response_events`): one writer keeps every running response's new events every 100 ms,
+    and a row an event was most of its cost. Old logs move over, an event a batch."""
+    response_logs.create(conn, checkfirst=True)
+    if inspect(conn).has_table("response_events"):
+        conn.execute(
+            text(
+                "INSERT INTO response_logs (response_id, first_sequence, last_sequence, events) "
+                "SELECT response_id, sequence_number, sequence_number, '[' || event || ']' "
+                "FROM response_events"
+            )
+        )
+        conn.execute(text("DROP TABLE response_events"))
+
+
 # Step N brings the schema from version N-1 to N. Append; never edit a released step.
-STEPS: list[Callable[[Connection], None]] = [_v1, _v2, _v3]
+STEPS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4]
 
 
 async def upgrade(engine: AsyncEngine) -> int:

@@ -1,7 +1,7 @@
 """The store on SQL: SQLite (the default, a file) or PostgreSQL (several replicas), one code path.
 
-JSON is kept as ASCII text (`ensure_ascii`), so any string a client sent, even a lone surrogate,
-is stored and read back unchanged. Every database failure becomes `StoreUnavailable` (503).
+JSON is kept as compact UTF-8 text (`oars.jsonfast`), read back as it was written. Every database
+failure becomes `StoreUnavailable` (503).
 """
 
 from __future__ import annotations
@@ -20,20 +20,23 @@ from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 from oars.errors import StoreUnavailable
 from oars.events.orphan import orphan_ending
 from oars.jsonfast import dumps as _dumps
+from oars.jsonfast import loads
 from oars.store.base import (
     Chain,
     Conversation,
     Finished,
     Json,
+    Logged,
     NewResponse,
     Page,
     StoredResponse,
+    Writes,
 )
 from oars.store.schema import (
     conversation_items,
     conversations,
-    response_events,
     response_items,
+    response_logs,
     responses,
     upgrade,
 )
@@ -132,63 +135,67 @@ class SqlStore:
     # ---- responses ----------------------------------------------------------------------
 
     @_guard
-    async def begin(self, new: NewResponse, *, lease_seconds: float) -> None:
-        r = new.response
+    async def write(self, writes: Writes) -> None:
         async with self.engine.begin() as conn:
-            await conn.execute(
-                insert(responses).values(
-                    id=r.id,
-                    status=r.status,
-                    background=r.background,
-                    streamed=r.streamed,
-                    owner=r.owner,
-                    lease_until=time.time() + lease_seconds,
-                    cancel_requested=False,
-                    conversation_id=new.conversation_id,
-                    created_at=int(r.snapshot["created_at"]),
-                    snapshot=dumps(r.snapshot),
-                    tenant=r.tenant,
-                )
-            )
-            rows = _item_rows(r.id, "input", new.input_items)
-            if rows:
-                await conn.execute(insert(response_items), rows)
-
-    @_guard
-    async def append_events(
-        self, response_id: str, events: Sequence[Json], snapshot: Json | None = None
-    ) -> None:
-        async with self.engine.begin() as conn:
-            await self._append_events(conn, response_id, events)
-            if snapshot is not None:
-                await conn.execute(
-                    update(responses)
-                    .where(responses.c.id == response_id)
-                    .values(status=snapshot["status"], snapshot=dumps(snapshot))
-                )
+            if writes.begun:
+                await self._begin(conn, writes.begun)
+            await self._log(conn, writes.logged)
+            for logged in writes.logged:
+                if logged.snapshot is not None:
+                    await conn.execute(
+                        update(responses)
+                        .where(responses.c.id == logged.response_id)
+                        .values(status=logged.snapshot["status"], snapshot=dumps(logged.snapshot))
+                    )
+            for done in writes.finished:
+                await self._finish(conn, done)
 
     @staticmethod
-    async def _append_events(
-        conn: AsyncConnection, response_id: str, events: Sequence[Json]
-    ) -> None:
-        if events:
-            rows = [
+    async def _begin(conn: AsyncConnection, begun: Sequence[NewResponse]) -> None:
+        now = time.time()
+        await conn.execute(
+            insert(responses),
+            [
                 {
-                    "response_id": response_id,
-                    "sequence_number": e["sequence_number"],
-                    "event": dumps(e),
+                    "id": new.response.id,
+                    "status": new.response.status,
+                    "background": new.response.background,
+                    "streamed": new.response.streamed,
+                    "owner": new.response.owner,
+                    "lease_until": now + new.lease_seconds,
+                    "cancel_requested": False,
+                    "conversation_id": new.conversation_id,
+                    "created_at": int(new.response.snapshot["created_at"]),
+                    "snapshot": dumps(new.response.snapshot),
+                    "tenant": new.response.tenant,
                 }
-                for e in events
-            ]
-            await conn.execute(insert(response_events), rows)
+                for new in begun
+            ],
+        )
+        rows = [
+            row for new in begun for row in _item_rows(new.response.id, "input", new.input_items)
+        ]
+        if rows:
+            await conn.execute(insert(response_items), rows)
 
-    @_guard
-    async def finish(self, response_id: str, done: Finished) -> None:
-        async with self.engine.begin() as conn:
-            await self._finish(conn, response_id, done)
+    @staticmethod
+    async def _log(conn: AsyncConnection, logged: Sequence[Logged]) -> None:
+        """Each batch of events one row."""
+        rows = [
+            {
+                "response_id": batch.response_id,
+                "first_sequence": batch.events[0]["sequence_number"],
+                "last_sequence": batch.events[-1]["sequence_number"],
+                "events": dumps(list(batch.events)),
+            }
+            for batch in logged
+            if batch.events
+        ]
+        if rows:
+            await conn.execute(insert(response_logs), rows)
 
-    async def _finish(self, conn: AsyncConnection, response_id: str, done: Finished) -> None:
-        snapshot = done.snapshot
+    async def _finish(self, conn: AsyncConnection, done: Finished) -> None:
+        snapshot, response_id = done.snapshot, done.response_id
         kept = await conn.execute(
             update(responses)
             .where(responses.c.id == response_id)
@@ -204,7 +211,7 @@ class SqlStore:
         rows = _item_rows(response_id, "output", snapshot["output"])
         if rows:
             await conn.execute(insert(response_items), rows)
-        await self._append_events(conn, response_id, done.events)
+        await self._log(conn, [Logged(response_id, done.events)])
         if done.conversation_items:
             conversation_id = (
                 await conn.execute(
@@ -254,7 +261,7 @@ class SqlStore:
     async def delete(self, response_id: str) -> bool:
         async with self.engine.begin() as conn:
             gone = await conn.execute(delete(responses).where(responses.c.id == response_id))
-            for table in (response_items, response_events):
+            for table in (response_items, response_logs):
                 await conn.execute(delete(table).where(table.c.response_id == response_id))
         return bool(gone.rowcount)
 
@@ -314,17 +321,21 @@ class SqlStore:
     @_guard
     async def events(self, response_id: str, *, after: int) -> list[Json]:
         async with self.engine.connect() as conn:
-            rows = await conn.execute(
-                select(response_events.c.event)
-                .where(
-                    and_(
-                        response_events.c.response_id == response_id,
-                        response_events.c.sequence_number > after,
-                    )
+            return await self._events(conn, response_id, after)
+
+    @staticmethod
+    async def _events(conn: AsyncConnection, response_id: str, after: int) -> list[Json]:
+        rows = await conn.execute(
+            select(response_logs.c.events)
+            .where(
+                and_(
+                    response_logs.c.response_id == response_id,
+                    response_logs.c.last_sequence > after,
                 )
-                .order_by(response_events.c.sequence_number)
             )
-            return [json.loads(r.event) for r in rows]
+            .order_by(response_logs.c.first_sequence)
+        )
+        return [e for row in rows for e in loads(row.events) if e["sequence_number"] > after]
 
     @_guard
     async def request_cancel(self, response_id: str) -> StoredResponse | None:
@@ -377,17 +388,12 @@ class SqlStore:
     async def _fail_orphan(self, conn: AsyncConnection, response_id: str, snapshot: Json) -> None:
         """The replica running it died: whatever it logged stays; the response ends `failed`,
         its log closed into a valid stream."""
-        logged = await conn.execute(
-            select(response_events.c.event)
-            .where(response_events.c.response_id == response_id)
-            .order_by(response_events.c.sequence_number)
-        )
-        events = [json.loads(r.event) for r in logged]
+        events = await self._events(conn, response_id, -1)
         streamed = (
             await conn.execute(select(responses.c.streamed).where(responses.c.id == response_id))
         ).scalar()
         ending, final = orphan_ending(events, snapshot, streamed=bool(streamed))
-        await self._finish(conn, response_id, Finished(final, ending))
+        await self._finish(conn, Finished(response_id, final, ending))
 
     # ---- conversations ------------------------------------------------------------------
 

@@ -13,12 +13,11 @@ from dataclasses import replace
 from oars.store.base import (
     Chain,
     Conversation,
-    Finished,
     Json,
-    NewResponse,
     Page,
     Store,
     StoredResponse,
+    Writes,
 )
 
 
@@ -44,17 +43,11 @@ class Scoped:
     async def close(self) -> None:
         await self.inner.close()
 
-    async def begin(self, new: NewResponse, *, lease_seconds: float) -> None:
-        mine = replace(new, response=replace(new.response, tenant=self.tenant))
-        await self.inner.begin(mine, lease_seconds=lease_seconds)
-
-    async def append_events(
-        self, response_id: str, events: Sequence[Json], snapshot: Json | None = None
-    ) -> None:
-        await self.inner.append_events(response_id, events, snapshot)
-
-    async def finish(self, response_id: str, done: Finished) -> None:
-        await self.inner.finish(response_id, done)
+    async def write(self, writes: Writes) -> None:
+        begun = [
+            replace(new, response=replace(new.response, tenant=self.tenant)) for new in writes.begun
+        ]
+        await self.inner.write(replace(writes, begun=begun))
 
     async def get(self, response_id: str) -> StoredResponse | None:
         return await self._mine(response_id)

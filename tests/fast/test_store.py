@@ -444,7 +444,7 @@ def test_every_event_log_passes_the_validator(store_url: str) -> None:
 
 def test_a_response_deleted_while_it_runs_leaves_nothing_behind(store_url: str) -> None:
     """Another replica deleted it: the owner's final write must not bring items back."""
-    from oars.store import Finished, NewResponse, StoredResponse
+    from oars.store import Finished, NewResponse, StoredResponse, Writes
 
     async def go() -> None:
         store = SqlStore(store_url)
@@ -452,10 +452,11 @@ def test_a_response_deleted_while_it_runs_leaves_nothing_behind(store_url: str) 
         try:
             snapshot = {"id": "resp_1", "created_at": 1, "status": "in_progress", "output": []}
             item = {"id": "msg_1", "type": "message", "role": "user", "content": []}
-            await store.begin(NewResponse(StoredResponse(snapshot), [item]), lease_seconds=5)
+            await store.write(Writes(begun=[NewResponse(StoredResponse(snapshot), [item])]))
             assert await store.delete("resp_1")
             done = {**snapshot, "status": "completed", "output": [{**item, "id": "msg_2"}]}
-            await store.finish("resp_1", Finished(done, [{"type": "x", "sequence_number": 0}]))
+            ending = [{"type": "x", "sequence_number": 0}]
+            await store.write(Writes(finished=[Finished("resp_1", done, ending)]))
             assert await store.get("resp_1") is None
             assert await store.find_items(["msg_1", "msg_2"]) == {}
             assert await store.events("resp_1", after=-1) == []
@@ -468,18 +469,21 @@ def test_a_response_deleted_while_it_runs_leaves_nothing_behind(store_url: str) 
 class _SlowFinish(SqlStore):
     """A real store whose final write of a response lands late (a busy database)."""
 
-    async def finish(self, response_id: str, done: Any) -> None:
-        await asyncio.sleep(0.3)
-        await super().finish(response_id, done)
+    async def write(self, writes: Any) -> None:
+        if writes.finished:
+            await asyncio.sleep(0.3)
+        await super().write(writes)
 
 
 class _FailingFinish(SqlStore):
     """A real store that goes away just as a response ends."""
 
-    async def finish(self, response_id: str, done: Any) -> None:
+    async def write(self, writes: Any) -> None:
         from oars.errors import StoreUnavailable
 
-        raise StoreUnavailable("The response store is unavailable: gone")
+        if writes.finished:
+            raise StoreUnavailable("The response store is unavailable: gone")
+        await super().write(writes)
 
 
 def test_completed_is_said_only_once_it_is_kept(store_url: str) -> None:

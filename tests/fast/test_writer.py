@@ -1,0 +1,157 @@
+"""The replica's one store writer (a group commit), on a real SQLite file and a real PostgreSQL:
+many running responses share each transaction, their logs read back whole, a failed write fails
+the runs it carried and nothing else; and a database of schema 3 (an event a row) upgrades."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from typing import Any
+
+import httpx
+from sqlalchemy import text
+
+from oars.errors import StoreUnavailable
+from oars.http import create_app
+from oars.service import ResponsesService
+from oars.store import SqlStore, Writes
+from oars.testing import ScriptedEngine
+from oars.validator import validate_events, validate_sse
+
+WORDS = [f"w{i} " for i in range(30)]
+
+
+class _Counted(SqlStore):
+    """A real store that records what each transaction carried."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.writes: list[Writes] = []
+        self.fail_logs = False
+
+    async def write(self, writes: Writes) -> None:
+        self.writes.append(writes)
+        if self.fail_logs and writes.logged:
+            raise StoreUnavailable("The response store is unavailable: disk full")
+        await super().write(writes)
+
+
+async def _serve(store: SqlStore, engine: ScriptedEngine, test: Any) -> None:
+    app = create_app(ResponsesService(engine), store)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t/v1") as client:
+            await test(client)
+
+
+def test_running_responses_share_each_transaction(store_url: str) -> None:
+    """Twenty streams of 30 tokens at 10 ms: their logs go out a transaction every 100 ms, all
+    of them together, where each run used to write its own."""
+    store = _Counted(store_url)
+    engine = ScriptedEngine(WORDS, delay=0.01)
+
+    async def test(client: httpx.AsyncClient) -> None:
+        async def one(i: int) -> str:
+            body = {"input": f"n{i}", "stream": True}
+            report = validate_sse((await client.post("/responses", json=body)).text)
+            assert report.ok, report.text()
+            assert report.final is not None and report.final["status"] == "completed"
+            return str(report.final["id"])
+
+        started = time.monotonic()
+        ids = await asyncio.gather(*(one(i) for i in range(20)))
+        elapsed = time.monotonic() - started
+        logging = [w for w in store.writes if w.logged]
+        assert logging, "no events were written while the responses ran"
+        # a log write every 100 ms at most, however many responses run
+        assert len(logging) <= math.ceil(elapsed / 0.1) + 1, (len(logging), elapsed)
+        assert max(len(w.logged) for w in logging) >= 10  # most streams in one transaction
+        assert sum(len(w.begun) + len(w.finished) + bool(w.logged) for w in store.writes) > len(
+            store.writes
+        )  # some transactions carried more than one thing
+        for response_id in ids:  # each log reads back whole from the store, in order
+            replay = await client.get(f"/responses/{response_id}", params={"stream": "true"})
+            events = validate_sse(replay.text).events
+            assert validate_events(events).ok
+            text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+            assert text == "".join(WORDS)
+            resumed = await client.get(
+                f"/responses/{response_id}", params={"stream": "true", "starting_after": 7}
+            )
+            assert [e["sequence_number"] for e in validate_sse(resumed.text).events] == [
+                e["sequence_number"] for e in events[8:]
+            ]
+
+    asyncio.run(_serve(store, engine, test))
+
+
+def test_a_failed_log_write_fails_the_runs_it_carried(store_url: str) -> None:
+    """The database refuses a log write: the streams in it end `failed` with
+    `store_unavailable`, and a response that keeps no log still completes."""
+    store = _Counted(store_url)
+    engine = ScriptedEngine(WORDS, delay=0.01)
+
+    async def test(client: httpx.AsyncClient) -> None:
+        store.fail_logs = True
+        streamed = client.post("/responses", json={"input": "a", "stream": True})
+        plain = client.post("/responses", json={"input": "b"})
+        streamed_r, plain_r = await asyncio.gather(streamed, plain)
+        report = validate_sse(streamed_r.text)
+        assert report.ok, report.text()
+        assert [e["type"] for e in report.events[-2:]] == ["error", "response.failed"]
+        assert report.events[-2]["code"] == "store_unavailable"
+        assert plain_r.status_code == 200 and plain_r.json()["status"] == "completed"
+        store.fail_logs = False
+        after = await client.post("/responses", json={"input": "c", "stream": True})
+        assert validate_sse(after.text).final["status"] == "completed"  # type: ignore[index]
+
+    asyncio.run(_serve(store, engine, test))
+
+
+def test_a_schema_3_log_upgrades_to_batches(store_url: str) -> None:
+    """A database kept by oars before the writer (one `response_events` row an event) opens
+    with its logs whole, resumable from any event."""
+    events = [
+        {"type": "response.created", "sequence_number": 0},
+        {"type": "response.output_text.delta", "sequence_number": 1, "delta": "h\u00e9"},
+        {"type": "response.completed", "sequence_number": 2},
+    ]
+
+    async def go() -> None:
+        store = SqlStore(store_url)
+        await store.open()
+        async with store.engine.begin() as conn:
+            await conn.execute(text("DROP TABLE response_logs"))
+            await conn.execute(
+                text(
+                    "CREATE TABLE response_events (response_id VARCHAR(200) NOT NULL, "
+                    "sequence_number INTEGER NOT NULL, event TEXT NOT NULL, "
+                    "PRIMARY KEY (response_id, sequence_number))"
+                )
+            )
+            for event in events:
+                await conn.execute(
+                    text("INSERT INTO response_events VALUES ('resp_old', :n, :e)"),
+                    {"n": event["sequence_number"], "e": _old_json(event)},
+                )
+            await conn.execute(text("UPDATE oars_schema SET version = 3"))
+        await store.close()
+        upgraded = SqlStore(store_url)
+        await upgraded.open()
+        try:
+            assert await upgraded.events("resp_old", after=-1) == events
+            assert await upgraded.events("resp_old", after=1) == events[2:]
+            async with upgraded.engine.connect() as conn:
+                version = (await conn.execute(text("SELECT version FROM oars_schema"))).scalar()
+            assert version == 4
+        finally:
+            await upgraded.close()
+
+    asyncio.run(go())
+
+
+def _old_json(event: dict[str, Any]) -> str:
+    import json
+
+    return json.dumps(event)  # as schema 3 kept it: ASCII, escapes and all
