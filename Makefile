@@ -4,7 +4,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: serve test test-fast lint bench pull postgres chromium llama-server
+.PHONY: serve test test-fast lint bench pull postgres chromium llama-server litellm
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # GPU=cuda|metal|vulkan rebuilds the engine with that ggml backend (its toolkit must be installed:
@@ -67,6 +67,21 @@ llama-server: | $(VENV)/.installed-serve  ## build $(LLAMA_SERVER)/bin/llama-ser
 		-DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF; \
 	cmake --build $(LLAMA_SERVER) --target llama-server -j2; \
 	echo "$$version" > $(LLAMA_SERVER)/version
+
+# LiteLLM's proxy, the other gateway `bench.gateway_load --litellm` runs against the same upstream
+# (CI does not install it): in a venv of its own, since oars does not depend on it and its pins are
+# not ours. One version, pinned, so that runs compare; rebuilt only when the pin changes. Later
+# releases' `proxy` extra pins companions (litellm-proxy, post-releases of litellm-enterprise and
+# litellm-proxy-extras) that pip could not find when this was written.
+LITELLM := build/litellm
+LITELLM_VERSION := 1.106.12
+
+litellm:  ## install LiteLLM's proxy into $(LITELLM)
+	@if [ "$$(cat $(LITELLM)/version 2>/dev/null)" = "$(LITELLM_VERSION)" ]; then exit 0; fi; \
+	set -e; rm -rf $(LITELLM); $(PY) -m venv $(LITELLM); \
+	$(LITELLM)/bin/pip install -q --upgrade pip; \
+	$(LITELLM)/bin/pip install -q 'litellm[proxy]==$(LITELLM_VERSION)'; \
+	echo "$(LITELLM_VERSION)" > $(LITELLM)/version
 
 # The store tests start throwaway PostgreSQL servers on loopback from Debian's packages.
 postgres:

@@ -1,13 +1,32 @@
-"""The gateway under load: aggregate tokens/s, added time to first token, and the oars process's
-CPU a token, read straight from an upstream and through `oars serve` (store off, store on).
+"""The gateway under load: aggregate tokens/s, added time to first token, and the proxy process's
+CPU a token, read straight from an upstream, through `oars serve` (store off, store on) and, with
+`--litellm`, through LiteLLM's proxy.
 
     .venv/bin/python -m bench.gateway_load [--streams 1,32,64] [--rates 0,160] [--tokens 400]
-                                           [--reps 3] [--workers 1]
+                                           [--reps 3] [--workers 1] [--litellm]
 
 The upstream (`--rates 0`: as fast as it can; else that many chunks a second per stream, each
 chunk a different word) and the clients run in processes of their own, on raw sockets, so the
-figures are oars's, not httpx's. Every round is run direct, through oars with `store: false`,
-then with `store: true`, in turn, `--reps` times; the table gives medians and the spread.
+figures are the gateway's, not httpx's. Every round is run direct, through oars with `store:
+false`, then with `store: true` (then through LiteLLM), in turn, `--reps` times; the table gives
+medians and the spread, each TTFT with what it adds to direct's, and how many of the tokens asked
+for each path delivered (a stream cut short is reported, not averaged in).
+
+`--litellm` runs LiteLLM's proxy from a venv of its own (`make litellm`; it is no dependency of
+oars), with its own CLI (`litellm --config --host --port`) and its default of one uvicorn worker,
+in a temporary directory (so it reads no `.env` of the checkout). Its config has one model,
+`openai/m` at the upstream with `use_chat_completions_api: true`: without that setting both
+`openai/` and `hosted_vllm/` forward `/v1/responses` to the upstream's `/v1/responses`, which the
+fake upstream does not serve; with it, LiteLLM bridges the Responses API to the upstream's
+`/v1/chat/completions`, as oars does. It runs without a master key
+(`dangerously_permit_weak_or_unset_master_key`, as oars here runs without one: no auth on either
+side) and without a database, with spend logs and spend updates off. `LITELLM_LOCAL_MODEL_COST_MAP`
+keeps it from fetching its model-cost map at startup (its `--telemetry` flag is a no-op in the
+pinned version, and it connects to nothing but the upstream), and `LITELLM_LOG=WARNING` keeps
+uvicorn's access log off, as oars runs with `--log-level warning`. Its streaming logging (the
+response assembled at the end of each stream, for usage and cost) is left on: LiteLLM marks
+turning it off as not recommended, and its request accounting hangs on it. Its requests are the
+oars ones with `store: false`. Its "CPU" is that of its process and any child processes.
 """
 
 from __future__ import annotations
@@ -20,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from tests.conftest import free_port
 from tests.model.conftest import _wait_ready
@@ -107,7 +127,7 @@ async def main():
     results = await asyncio.gather(*[one() for _ in range(n)])
     end = max(r[2] for r in results)
     print(json.dumps({"ttft": [r[0] for r in results], "tokens": sum(r[1] for r in results),
-                      "seconds": end - start}))
+                      "counts": [r[1] for r in results], "seconds": end - start}))
 
 asyncio.run(main())
 """
@@ -120,12 +140,39 @@ def _cpu(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-def _children(pid: int) -> list[int]:
+def _tree(pid: int) -> list[int]:
+    """A process and its descendants."""
     out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
-    return [int(p) for p in out.split()]
+    return [pid, *(p for child in out.split() for p in _tree(int(child)))]
 
 
-def _round(port: int, path: str, body: dict[str, object], marker: str, n: int) -> dict[str, float]:
+LITELLM = Path(__file__).resolve().parent.parent / "build" / "litellm" / "bin" / "litellm"
+
+LITELLM_CONFIG = """\
+model_list:
+  - model_name: m
+    litellm_params:
+      model: openai/m
+      api_base: http://127.0.0.1:{port}/v1
+      api_key: unused
+      use_chat_completions_api: true
+general_settings:
+  dangerously_permit_weak_or_unset_master_key: true
+  disable_spend_logs: true
+  disable_spend_updates: true
+"""
+
+
+def _start_litellm(folder: str, up_port: int, port: int) -> subprocess.Popen[bytes]:
+    Path(folder, "litellm.yaml").write_text(LITELLM_CONFIG.format(port=up_port))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(LITELLM_LOCAL_MODEL_COST_MAP="True", LITELLM_LOG="WARNING")
+    cmd = [str(LITELLM), "--config", "litellm.yaml", "--host", "127.0.0.1", "--port", str(port)]
+    with open(Path(folder, "litellm.log"), "wb") as log:
+        return subprocess.Popen(cmd, cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def _round(port: int, path: str, body: dict[str, object], marker: str, n: int) -> dict[str, Any]:
     out = subprocess.run(
         [sys.executable, "-c", CLIENT, str(port), path, json.dumps(body), marker, str(n)],
         capture_output=True,
@@ -148,8 +195,13 @@ def main() -> None:
         help="oars without uvloop, httptools and orjson (as before they were dependencies)",
     )
     parser.add_argument("--oars", default=".", help="the checkout of oars to run")
+    parser.add_argument(
+        "--litellm", action="store_true", help="LiteLLM's proxy as a fourth path (`make litellm`)"
+    )
     args = parser.parse_args()
-    up_port, oars_port = free_port(), free_port()
+    if args.litellm and not LITELLM.exists():
+        sys.exit(f"--litellm: {LITELLM} is missing; run `make litellm` first")
+    up_port, oars_port, litellm_port = free_port(), free_port(), free_port()
     folder = tempfile.mkdtemp(prefix="oars-bench-")
     upstream = subprocess.Popen([sys.executable, "-c", UPSTREAM, str(up_port)])
     block = "import sys; sys.modules.update(uvloop=None, httptools=None, orjson=None); "
@@ -159,79 +211,115 @@ def main() -> None:
     cmd += ["--upstream", f"m=http://127.0.0.1:{up_port}/v1"]
     cmd += ["--workers", str(args.workers)] if args.workers > 1 else []
     server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, cwd=args.oars)
-    rows = []
+    litellm = _start_litellm(folder, up_port, litellm_port) if args.litellm else None
+    rows: list[list[str]] = []
+    warnings: list[str] = []
     try:
         _wait_ready(f"http://127.0.0.1:{oars_port}", server, Path("/dev/null"))
-        pids = [server.pid, *_children(server.pid)]
+        oars_pids = _tree(server.pid)
+        if litellm:
+            log = Path(folder, "litellm.log")
+            _wait_ready(f"http://127.0.0.1:{litellm_port}", litellm, log, "/health/liveliness")
+        litellm_pids = _tree(litellm.pid) if litellm else []
         for rate in (float(r) for r in args.rates.split(",")):
             for n in (int(s) for s in args.streams.split(",")):
                 seed = int(rate * 1000) or None
-                direct = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
-                direct.update(stream=True, max_tokens=args.tokens, seed=seed)
-                paths = {
-                    "direct": (up_port, "/v1/chat/completions", direct, '"content": " '),
+                direct: dict[str, object] = {"model": "m", "stream": True}
+                direct.update(messages=[{"role": "user", "content": "x"}])
+                direct.update(max_tokens=args.tokens, seed=seed)
+                responses: dict[str, object] = {"model": "m", "input": "x", "stream": True}
+                responses.update(temperature=0)
+                responses.update(top_p=1, seed=seed, max_output_tokens=args.tokens)
+                delta = "event: response.output_text.delta"
+                paths: dict[str, tuple[int, str, dict[str, object], str, list[int]]] = {
+                    "direct": (up_port, "/v1/chat/completions", direct, '"content": " ', []),
                     "store off": (
                         oars_port,
                         "/v1/responses",
-                        {"store": False},
-                        "event: response.output_text.delta",
+                        {**responses, "store": False},
+                        delta,
+                        oars_pids,
                     ),
                     "store on": (
                         oars_port,
                         "/v1/responses",
-                        {"store": True},
-                        "event: response.output_text.delta",
+                        {**responses, "store": True},
+                        delta,
+                        oars_pids,
                     ),
                 }
-                results: dict[str, list[dict[str, float]]] = {k: [] for k in paths}
+                if litellm:
+                    # LiteLLM's frames have no `event:` line: `data: {"type":"response.output_...`
+                    paths["litellm"] = (
+                        litellm_port,
+                        "/v1/responses",
+                        {**responses, "store": False},
+                        '"type":"response.output_text.delta"',
+                        litellm_pids,
+                    )
+                results: dict[str, list[dict[str, Any]]] = {k: [] for k in paths}
                 for rep in range(args.reps + 1):  # the first round warms up
-                    for name, (port, path, extra, marker) in paths.items():
-                        body = dict(extra)
-                        if port == oars_port:
-                            body.update(model="m", input="x", stream=True)
-                            body.update(max_output_tokens=args.tokens)
-                            body["temperature"] = 0
-                            body["top_p"] = 1
-                            body["seed"] = seed
+                    for name, (port, path, body, marker, pids) in paths.items():
                         before = sum(_cpu(p) for p in pids)
                         result = _round(port, path, body, marker, n)
                         result["cpu"] = sum(_cpu(p) for p in pids) - before
                         if rep:
                             results[name].append(result)
-                rows.append(_rows(rate, n, results))
+                rows.append(_rows(rate, n, args.tokens, results, warnings))
     finally:
         server.terminate()
         server.wait(timeout=20)
+        if litellm:
+            litellm.terminate()
+            litellm.wait(timeout=20)
         upstream.terminate()
     print(f"{args.tokens} chunks a stream; {args.reps} rounds each, alternating; median (min-max)")
     print(
-        "| rate/stream | streams | path | tokens/s | ratio to direct | median TTFT ms | "
-        "p99 TTFT ms | oars CPU µs/token |"
+        "| rate/stream | streams | path | tokens/s | ratio to direct | median TTFT ms (added) | "
+        "p99 TTFT ms (added) | proxy CPU µs/token | tokens delivered |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     print("\n".join(r for group in rows for r in group))
+    for warning in warnings:
+        print(warning)
     print(json.dumps({"args": vars(args)}))
 
 
-def _rows(rate: float, n: int, results: dict[str, list[dict[str, float]]]) -> list[str]:
-    def tps(r: dict[str, float]) -> float:
-        return r["tokens"] / r["seconds"]
+def _rows(
+    rate: float, n: int, tokens: int, results: dict[str, list[dict[str, Any]]], warnings: list[str]
+) -> list[str]:
+    def tps(r: dict[str, Any]) -> float:
+        return float(r["tokens"]) / float(r["seconds"])
+
+    def ttfts(rounds: list[dict[str, Any]]) -> tuple[float, float]:
+        times: list[float] = sorted(t for r in rounds for t in r["ttft"])
+        return statistics.median(times), times[min(len(times) - 1, int(len(times) * 0.99))]
 
     direct = statistics.median(tps(r) for r in results["direct"])
+    direct_p50, direct_p99 = ttfts(results["direct"])
     out = []
     for name, rounds in results.items():
         rates = sorted(tps(r) for r in rounds)
-        ttfts = sorted(t for r in rounds for t in r["ttft"])
-        p99 = ttfts[min(len(ttfts) - 1, int(len(ttfts) * 0.99))]
+        p50, p99 = ttfts(rounds)
+        added = name != "direct"
         cpu = (
-            "-"
-            if name == "direct"
-            else f"{statistics.median(r['cpu'] / max(r['tokens'], 1) for r in rounds) * 1e6:.0f}"
+            f"{statistics.median(r['cpu'] / max(r['tokens'], 1) for r in rounds) * 1e6:.0f}"
+            if added
+            else "-"
         )
+        counts: list[int] = [c for r in rounds for c in r["counts"]]
+        off = sum(c != tokens for c in counts)
+        delivered = (
+            f"{sum(counts):,} of {tokens * len(counts):,}; {off} of {len(counts)} streams off"
+        )
+        if off:
+            warnings.append(f"WARNING: {rate:g}/s, {n} streams, {name}: {delivered}")
         out.append(
             f"| {rate:g} | {n} | {name} | {statistics.median(rates):,.0f} "
             f"({rates[0]:,.0f}-{rates[-1]:,.0f}) | {statistics.median(rates) / direct:.2f} | "
-            f"{statistics.median(ttfts) * 1000:.1f} | {p99 * 1000:.1f} | {cpu} |"
+            f"{p50 * 1000:.1f}{f' ({(p50 - direct_p50) * 1000:+.1f})' if added else ''} | "
+            f"{p99 * 1000:.1f}{f' ({(p99 - direct_p99) * 1000:+.1f})' if added else ''} | "
+            f"{cpu} | {delivered if off else 'all'} |"
         )
     return out
 
