@@ -58,10 +58,20 @@ MODEL = "qwen2.5-coder-0.5b-instruct"
 def llama_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real third-party OpenAI-compatible server on loopback: llama-cpp-python's own,
     serving the default GGUF (base URL, …/v1)."""
+    with llama_server(tmp_path_factory.mktemp("upstream")) as (url, _):
+        yield url
+
+
+@contextlib.contextmanager
+def llama_server(folder: Path, threads: int | None = None) -> Iterator[tuple[str, Path]]:
+    """llama-cpp-python's OpenAI server on the default GGUF, on a free loopback port: its base
+    URL (…/v1) and its log (`folder/server.log`). The server is verbose (its default) and
+    unbuffered, so its stdout (the access log) and stderr (`Llama.generate` and llama.cpp's
+    timings) land in the log in the order they were written."""
     from oars.weights import pull
 
     port = _free_port()
-    log = tmp_path_factory.mktemp("upstream") / "server.log"
+    log = folder / "server.log"
     cmd = [
         sys.executable,
         "-m",
@@ -75,16 +85,17 @@ def llama_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "--n_ctx",
         "16384",
         "--n_threads",
-        str(os.cpu_count() or 1),
+        str(threads or os.cpu_count() or 1),
         "--interrupt_requests",
         "False",
     ]  # a second request must not cut the first
     with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        environ = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=environ)
     base = f"http://127.0.0.1:{port}"
     try:
         _wait_ready(base, proc, log, path="/v1/models")
-        yield f"{base}/v1"
+        yield f"{base}/v1", log
     finally:
         _stop(proc)
 
