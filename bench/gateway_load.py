@@ -7,7 +7,11 @@ CPU a token, read straight from an upstream, through `oars serve` (store off, st
 
 The upstream (`--rates 0`: as fast as it can; else that many chunks a second per stream, each
 chunk a different word) and the clients run in processes of their own, on raw sockets, so the
-figures are the gateway's, not httpx's. Every round is run direct, through oars with `store:
+figures are the gateway's, not httpx's. Unpaced, the `--streams` requests start at once (what
+one process saturates at, and how late the last of a burst starts). Paced, they are a load: as
+many users, arriving evenly over one stream's length, each sending two streams back to back,
+so that `--streams` streams run at once in the middle of the round (tokens/s is over the whole
+round, ramps included, alike on every path). Every round is run direct, through oars with `store:
 false`, then with `store: true` (then through LiteLLM), in turn, `--reps` times; the table gives
 medians and the spread, each TTFT with what it adds to direct's, and how many of the tokens asked
 for each path delivered (a stream cut short is reported, not averaged in).
@@ -106,6 +110,7 @@ except ImportError:
     pass
 
 port, path, body, marker, n = int(sys.argv[1]), sys.argv[2], sys.argv[3].encode(), sys.argv[4].encode(), int(sys.argv[5])
+stagger, each = float(sys.argv[6]), int(sys.argv[7])
 
 async def one():
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -122,9 +127,13 @@ async def one():
     writer.close()
     return first - start, count, time.perf_counter()
 
+async def user(i):
+    await asyncio.sleep(i * stagger / n)
+    return [await one() for _ in range(each)]
+
 async def main():
     start = time.perf_counter()
-    results = await asyncio.gather(*[one() for _ in range(n)])
+    results = [r for rs in await asyncio.gather(*[user(i) for i in range(n)]) for r in rs]
     end = max(r[2] for r in results)
     print(json.dumps({"ttft": [r[0] for r in results], "tokens": sum(r[1] for r in results),
                       "counts": [r[1] for r in results], "seconds": end - start}))
@@ -172,9 +181,12 @@ def _start_litellm(folder: str, up_port: int, port: int) -> subprocess.Popen[byt
         return subprocess.Popen(cmd, cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
-def _round(port: int, path: str, body: dict[str, object], marker: str, n: int) -> dict[str, Any]:
+def _round(
+    port: int, path: str, body: dict[str, object], marker: str, n: int, stagger: float, each: int
+) -> dict[str, Any]:
+    argv = [str(port), path, json.dumps(body), marker, str(n), str(stagger), str(each)]
     out = subprocess.run(
-        [sys.executable, "-c", CLIENT, str(port), path, json.dumps(body), marker, str(n)],
+        [sys.executable, "-c", CLIENT, *argv],
         capture_output=True,
         text=True,
         check=True,
@@ -258,10 +270,12 @@ def main() -> None:
                         litellm_pids,
                     )
                 results: dict[str, list[dict[str, Any]]] = {k: [] for k in paths}
+                # paced: `n` users, arriving over one stream's length, two streams each
+                stagger, each = (args.tokens / rate, 2) if rate else (0.0, 1)
                 for rep in range(args.reps + 1):  # the first round warms up
                     for name, (port, path, body, marker, pids) in paths.items():
                         before = sum(_cpu(p) for p in pids)
-                        result = _round(port, path, body, marker, n)
+                        result = _round(port, path, body, marker, n, stagger, each)
                         result["cpu"] = sum(_cpu(p) for p in pids) - before
                         if rep:
                             results[name].append(result)

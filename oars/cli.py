@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -129,6 +131,13 @@ def _parser() -> argparse.ArgumentParser:
         help="this replica's name in the store (default: host:port, stable across restarts)",
     )
     serve.add_argument(
+        "--workers",
+        type=int,
+        default=int(_env("WORKERS", "1")),
+        help="gateway processes on the one port (with --upstream only; each worker i is the "
+        "replica NAME/i, sharing the store)",
+    )
+    serve.add_argument(
         "--max-body-bytes",
         type=int,
         default=int(_env("MAX_BODY_BYTES", str(64 * 2**20))),
@@ -241,7 +250,34 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _serve(args: argparse.Namespace) -> None:
+def _serve_workers(args: argparse.Namespace) -> int:
+    """Check what can be checked once, then fork the workers (see `oars.workers`)."""
+    from oars import logs
+    from oars.workers import supervise
+
+    logs.setup(args.log_level, args.log_format)
+    _api_keys(args)
+    if args.model is not None or not _upstreams(args):
+        raise SetupError(
+            "--workers is for the gateway (--upstream): the embedded engine runs in one "
+            "process, its threads over every core"
+        )
+    _mcp(args)
+    print(f"oars: {args.workers} workers on http://{args.host}:{args.port}/v1", flush=True)
+
+    def serve(worker: int, listener: socket.socket) -> None:
+        _serve(args, worker=worker, listener=listener)
+
+    return supervise(args.host, args.port, args.workers, serve)
+
+
+def _serve(
+    args: argparse.Namespace,
+    *,
+    worker: int | None = None,
+    listener: socket.socket | None = None,
+) -> None:
+    """Build the app and serve it: on `--host`/`--port`, or as worker `worker` on `listener`."""
     import uvicorn
 
     from oars import logs
@@ -306,6 +342,8 @@ def _serve(args: argparse.Namespace) -> None:
         toolboxes=ToolboxFactory(mcp),
     )
     replica = args.replica or default_replica(args.port)
+    if worker is not None:
+        replica = f"{replica}/{worker}"
     public = [f"/{name.strip()}" for name in args.public.split(",") if name.strip()]
     limits = Limits(
         max_body_bytes=args.max_body_bytes,
@@ -320,18 +358,20 @@ def _serve(args: argparse.Namespace) -> None:
         f"oars: serving {', '.join(engines)} on http://{args.host}:{args.port}/v1 ({where})",
         flush=True,
     )
-    for config in upstreams:
-        print(f"oars: {config.model} from {', '.join(map(replica_name, config.urls))}", flush=True)
-    for label in sorted(mcp.labels):
-        print(f"oars: MCP server {label!r} for requests that name it", flush=True)
-    print(f"oars: {_access(args, keys)}", flush=True)
+    if not worker:  # the first worker speaks for all
+        for config in upstreams:
+            urls = ", ".join(map(replica_name, config.urls))
+            print(f"oars: {config.model} from {urls}", flush=True)
+        for label in sorted(mcp.labels):
+            print(f"oars: MCP server {label!r} for requests that name it", flush=True)
+        print(f"oars: {_access(args, keys)}", flush=True)
     # What is loaded by now (modules, the vocabulary tables) lives as long as the process. A
     # full collection walking it took ~90 ms, a pause of every stream whenever one came.
     gc.collect()
     gc.freeze()
     # logging is set up above: uvicorn adds none of its own, and oars.access logs requests
     # a WebSocket frame may be as large as an HTTP body (a create with a long history)
-    uvicorn.run(
+    served = uvicorn.Config(
         app,
         host=args.host,
         port=args.port,
@@ -341,6 +381,11 @@ def _serve(args: argparse.Namespace) -> None:
         ws_max_size=limits.max_body_bytes,
         ws_ping_interval=limits.keepalive_seconds,
     )
+    server = uvicorn.Server(served)
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run(sockets=None if listener is None else [listener])
+    if not server.started:
+        sys.exit(3)  # as uvicorn's own run: the lifespan (the store) failed to start
 
 
 def _api_keys(args: argparse.Namespace) -> list[str]:
@@ -477,6 +522,8 @@ def _validate(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        if args.command == "serve" and args.workers > 1:
+            return _serve_workers(args)
         if args.command == "serve":
             _serve(args)
         elif args.command == "pull":

@@ -6,6 +6,7 @@ broken: cut mid-way, garbage, a stall, no `[DONE]`, an error status, slow header
         ... point an UpstreamEngine at upstream.url ...
         upstream.bodies[-1]                   # what oars sent
         upstream.healthy = False              # its health checks fail (GET …/models: 503)
+        upstream.health_delay = 5             # …or answer that late (a server busy generating)
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ class Replay:
         self.closed = threading.Event()  # a client closed its stream before the end
         self.healthy = True  # how it answers a health check (GET …/models)
         self.health_checks = 0
+        self.health_delay = 0.0  # seconds before a health check is answered
         replay = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -88,6 +90,7 @@ class Replay:
 
             def do_GET(self) -> None:
                 replay.health_checks += 1
+                time.sleep(replay.health_delay)
                 ok = replay.healthy and self.path.rstrip("/").endswith("/models")
                 body = json.dumps({"object": "list", "data": [{"id": "up"}]} if ok else {})
                 self.send_response(200 if ok else 503)

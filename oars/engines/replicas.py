@@ -12,7 +12,10 @@ Routing, in order:
    than `imbalance` beyond it, or (a chain's) is out of service.
 
 A replica leaves service when its health check fails or a connection to it is refused; the
-health checks (every `health_interval` seconds) bring it back. A refused connection or a 5xx
+health checks (every `health_interval` seconds) bring it back. A check that times out ejects
+only a replica with nothing in flight: one that is streaming is busy, not gone (a server that
+answers its checks only between generations would otherwise lose its chains at every long
+prefill), and a stream that stalls has its own timeout. A refused connection or a 5xx
 status, both before the first byte, is retried once on another replica; nothing is retried
 after the first byte.
 """
@@ -139,8 +142,12 @@ class ReplicaSet:
             replica.in_flight -= 1
 
     async def count_tokens(self, request: EngineRequest) -> int:
-        order, _ = self.order(request)
-        return await order[0].engine.count_tokens(request)
+        replica = self.order(request)[0][0]
+        replica.in_flight += 1
+        try:
+            return await replica.engine.count_tokens(request)
+        finally:
+            replica.in_flight -= 1
 
     def _replica(self, name: str) -> Replica:
         return next(r for r in self.replicas if r.name == name)
@@ -165,7 +172,9 @@ class ReplicaSet:
                 replica.healthy = True
                 log.info("%s: replica %s is back in service", self.info.id, replica.name)
                 self._tell(ReplicaEvent(self.info.id, replica.name, health="readmitted"))
-            elif not ok:
+            elif ok is None and not replica.in_flight:
+                self._eject(replica, "its health check timed out")
+            elif ok is False:
                 self._eject(replica, "its health check failed")
 
     def _eject(self, replica: Replica, why: str) -> None:

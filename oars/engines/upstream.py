@@ -181,13 +181,17 @@ class UpstreamEngine:
         parser = self.config.family.parser(request.tools)
         return UpstreamOpened(request, parser, response, self.name)
 
-    async def healthy(self) -> bool:
-        """The upstream answers its health path (a model listing by default) with a 2xx."""
+    async def healthy(self) -> bool | None:
+        """Whether the upstream answers its health path (a model listing by default) with a
+        2xx; None: no answer in time (which a busy server may give: llama-cpp-python's answers
+        its listing only between generations)."""
         c = self.config
         try:
             response = await self._http().get(
                 c.health_path, timeout=min(c.connect_timeout, max(c.health_interval, 1.0))
             )
+        except httpx.TimeoutException:
+            return None
         except httpx.HTTPError:
             return False
         return response.is_success

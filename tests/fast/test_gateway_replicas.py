@@ -204,6 +204,35 @@ def test_health_checks_eject_and_readmit(three: list[Replay], tmp_path: Path) ->
         assert changes == {"ejected": 1, "readmitted": 1}
 
 
+def test_a_health_check_that_times_out_ejects_only_an_idle_replica(
+    three: list[Replay],
+) -> None:
+    """A server that answers its checks only between generations (llama-cpp-python's) stays
+    in service, and keeps its chains, while it streams; silent and idle, it leaves."""
+    slow, other = three[0], three[1]
+    engine = ReplicaSet(UpstreamConfig("m", urls=(slow.url, other.url), health_interval=0.2))
+    slow.health_delay = 2.0  # the check gives up after 1 s
+    slow.play(Scenario(text_stream(["a", "b", "c", "d"]).chunks, chunk_delay=0.5))
+    key = _key_for(engine, replica_name(slow.url))
+
+    async def go() -> list[bool]:
+        request = EngineRequest((ChatMessage("user", "x"),), route=Route(cache_key=key))
+        opened = await engine.open(request)
+        assert opened.served_by == replica_name(slow.url)
+        chunks = engine.generate(opened)
+        await anext(chunks)
+        await engine.check()  # mid-stream: busy, not gone
+        busy = engine.replicas[0].healthy
+        async for _ in chunks:
+            pass
+        await engine.check()  # idle and silent: out
+        idle = engine.replicas[0].healthy
+        await engine.aclose()
+        return [busy, idle, engine.replicas[1].healthy]
+
+    assert asyncio.run(go()) == [True, False, True]
+
+
 def _until(check: Any, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while not check():

@@ -114,12 +114,10 @@ def gateway_pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str
     with three models on them: the default model's name on both, as two replicas; `a` on the
     first alone and `b` on the second alone, for a chain that alternates between them.
 
-    The replicas' health checks run once, at the start: llama-cpp-python answers its model
-    listing (the health path) only between two completions (`get_models` waits for the lock
-    its generations hold), so a check during a prefill longer than the check's timeout (5 s
-    by default; a first turn here is about that on one thread) takes the busy replica out of
-    service, and the chain's next turn goes to the other one. That is the health checks'
-    business, not this test's."""
+    The replicas' health checks run at their default interval: llama-cpp-python answers its
+    model listing (the health path) only between two completions (`get_models` waits for the
+    lock its generations hold), so a check during a turn times out; the gateway must keep a
+    replica that is streaming in service, or the chain would move at its next turn."""
     with contextlib.ExitStack() as stack:
         upstreams = [
             Upstream(*stack.enter_context(llama_server(tmp_path_factory.mktemp(name), threads=1)))
@@ -129,7 +127,6 @@ def gateway_pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str
         config = tmp_path_factory.mktemp("gateway") / "upstreams.toml"
         config.write_text(
             f'[[upstream]]\nmodel = "{MODEL}"\nurls = ["{first}", "{second}"]\n'
-            "health_interval = 3600.0\n"
             f'[[upstream]]\nmodel = "a"\nurl = "{first}"\n'
             f'[[upstream]]\nmodel = "b"\nurl = "{second}"\n'
         )
