@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 
 from oars.engines.base import ModelInfo, Opened
+from oars.engines.sockets import AsyncioBackend
 from oars.errors import ClientError, EngineError, UpstreamError, UpstreamRejected
 from oars.families import THINK_TAGS, Family, make
 from oars.generation import (
@@ -158,13 +159,18 @@ class UpstreamEngine:
         loop = asyncio.get_running_loop()
         if self._client is None or self._loop is not loop:
             c = self.config
+            limits = httpx.Limits(
+                max_connections=c.max_connections, max_keepalive_connections=c.max_connections
+            )
+            transport = httpx.AsyncHTTPTransport(limits=limits)
+            # httpx takes no network backend; its pool does (see oars.engines.sockets)
+            transport._pool._network_backend = AsyncioBackend()
             self._client = httpx.AsyncClient(
                 base_url=self.url.rstrip("/"),
                 headers=c.headers(),
                 timeout=httpx.Timeout(c.first_byte_timeout, connect=c.connect_timeout),
-                limits=httpx.Limits(
-                    max_connections=c.max_connections, max_keepalive_connections=c.max_connections
-                ),
+                limits=limits,
+                transport=transport,
             )
             self._loop = loop
         return self._client
