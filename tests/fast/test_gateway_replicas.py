@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -26,7 +25,7 @@ from oars.http import create_app
 from oars.service import ResponsesService
 from tests.conftest import free_port, new_database
 from tests.fast.test_operator import scrape, value
-from tests.fast.test_replicas import _wait
+from tests.fast.test_replicas import running
 from tests.upstream_replay import Replay, Scenario, text_stream
 
 ROOT = Path(__file__).parent.parent.parent
@@ -51,16 +50,8 @@ def gateway(config: Path, store: str, name: str = "g1") -> Iterator[str]:
     port = free_port()
     cmd = [sys.executable, "-c", "from oars.cli import main; main()", "serve"]
     cmd += ["--upstreams", str(config), "--port", str(port), "--store", store, "--replica", name]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    base = f"http://127.0.0.1:{port}/v1"
-    try:
-        _wait(base, proc)
+    with running(cmd, port) as (base, _):
         yield base
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
-        if proc.stderr is not None:
-            proc.stderr.close()
 
 
 def _create(base: str, **body: Any) -> dict[str, Any]:

@@ -50,6 +50,14 @@ def replica(
         str(delay),
         *(["--mcp-call", mcp_call] if mcp_call else []),
     ]
+    with running(cmd, port) as served:
+        yield served
+
+
+@contextmanager
+def running(cmd: list[str], port: int) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A server process on `port`, once it answers: its base URL and the process; stopped
+    (SIGTERM) at the end if it still runs."""
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     base = f"http://127.0.0.1:{port}/v1"
     try:
@@ -58,7 +66,7 @@ def replica(
     finally:
         if proc.poll() is None:
             proc.terminate()
-            proc.wait(timeout=20)
+            proc.wait(timeout=30)
         if proc.stderr is not None:
             proc.stderr.close()
 

@@ -21,7 +21,7 @@ from oars.engines.upstream import replica_name
 from oars.validator import validate_sse
 from tests.conftest import free_port
 from tests.fast.test_gateway_replicas import ROOT, _toml
-from tests.fast.test_replicas import _wait
+from tests.fast.test_replicas import running
 from tests.upstream_replay import Replay, text_stream
 
 
@@ -31,16 +31,8 @@ def workers(config: Path, store: Path, count: int) -> Iterator[tuple[str, subpro
     cmd = [sys.executable, "-c", "import sys; from oars.cli import main; sys.exit(main())"]
     cmd += ["serve", "--upstreams", str(config), "--port", str(port), "--replica", "w"]
     cmd += ["--store", f"sqlite:///{store}", "--workers", str(count)]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    base = f"http://127.0.0.1:{port}/v1"
-    try:
-        _wait(base, proc)
-        yield base, proc
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        if proc.stderr is not None:
-            proc.stderr.close()
+    with running(cmd, port) as served:
+        yield served
 
 
 def _children(pid: int) -> list[int]:
