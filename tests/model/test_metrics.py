@@ -46,5 +46,6 @@ def test_metrics_after_real_requests(server: str) -> None:
     assert moved("oars_inter_token_latency_seconds_count", model=model) == 22  # 2 × (12 - 1)
     gaps = moved("oars_inter_token_latency_seconds_sum", model=model)
     assert 0 < gaps < 60
-    assert moved("oars_store_duration_seconds_count", operation="finish") == 2
+    # one writer transaction at least for each ending (its begin and log may share it or not)
+    assert moved("oars_store_duration_seconds_count", operation="write") >= 2
     assert value(after, "oars_generations_running", model=model) == 0
