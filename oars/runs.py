@@ -112,6 +112,11 @@ class RunHandle:
         return self.generation.builder.response
 
     @property
+    def status(self) -> str:
+        """The snapshot's status (without building the snapshot)."""
+        return self.generation.builder.status
+
+    @property
     def done(self) -> bool:
         return self.log.closed
 

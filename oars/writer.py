@@ -39,6 +39,9 @@ class Running(Protocol):
     def id(self) -> str: ...
 
     @property
+    def status(self) -> str: ...
+
+    @property
     def snapshot(self) -> dict[str, Any]: ...
 
     @property
@@ -52,7 +55,7 @@ class Kept:
     def __init__(self, running: Running, begun: asyncio.Future[None], *, logged: bool) -> None:
         self.running, self.begun, self.logged = running, begun, logged
         self.written = 0
-        self.status = running.snapshot["status"]
+        self.status = running.status
         self.error: StoreUnavailable | None = None
 
     @property
@@ -70,7 +73,7 @@ class Kept:
         events = self.running.log.events[self.written :]
         if not events:
             return None
-        status = self.running.snapshot["status"]
+        status = self.running.status
         # A terminal status is written with the ending: written here, ahead of the held-back
         # ending, a reader on another replica would see it finished with its log unended.
         moved = status != self.status and status not in TERMINAL_STATUSES

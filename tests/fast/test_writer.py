@@ -15,7 +15,15 @@ from sqlalchemy import text
 from oars.errors import StoreUnavailable
 from oars.http import create_app
 from oars.service import ResponsesService
-from oars.store import SqlStore, Writes
+from oars.store import (
+    Conversation,
+    Finished,
+    Logged,
+    NewResponse,
+    SqlStore,
+    StoredResponse,
+    Writes,
+)
 from oars.testing import ScriptedEngine
 from oars.validator import validate_events, validate_sse
 
@@ -107,6 +115,72 @@ def test_a_failed_log_write_fails_the_runs_it_carried(store_url: str) -> None:
         assert validate_sse(after.text).final["status"] == "completed"  # type: ignore[index]
 
     asyncio.run(_serve(store, engine, test))
+
+
+def test_one_transaction_ends_many_responses(store_url: str) -> None:
+    """The endings of one transaction are written together (a few statements for them all):
+    each reads back with its own snapshot, output, log, engine replica and conversation items,
+    and one deleted meanwhile (from another replica) gets nothing back."""
+
+    def message(item_id: str, text: str) -> dict[str, Any]:
+        content = [{"type": "input_text", "text": text}]
+        return {"id": item_id, "type": "message", "role": "user", "content": content}
+
+    def snapshot(i: int, status: str, output: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"id": f"resp_{i}", "created_at": 1, "status": status, "output": output}
+
+    def event(i: int, n: int) -> dict[str, Any]:
+        return {"type": "response.output_text.delta", "sequence_number": n, "delta": f"r{i}e{n}"}
+
+    async def go() -> None:
+        store = SqlStore(store_url)
+        await store.open()
+        try:
+            await store.create_conversation(Conversation("conv_1", 1), [message("msg_c", "hi")])
+            begun = [
+                NewResponse(
+                    StoredResponse(snapshot(i, "in_progress", []), streamed=True, owner="r"),
+                    [message(f"msg_in{i}", f"q{i}")],
+                    "conv_1" if i == 1 else None,
+                )
+                for i in range(3)
+            ]
+            await store.write(Writes(begun, [Logged("resp_0", [event(0, 0)])]))
+            assert await store.delete("resp_2")
+            finished = [
+                Finished(
+                    f"resp_{i}",
+                    snapshot(i, "completed", [message(f"msg_out{i}", f"a{i}")]),
+                    [event(i, 1), event(i, 2)] if i != 1 else [],
+                    [message("msg_c2", "q1"), message("msg_out1", "a1")] if i == 1 else (),
+                    served_by=f"http://u{i}",
+                )
+                for i in range(3)
+            ]
+            await store.write(Writes(logged=[Logged("resp_1", [event(1, 0)])], finished=finished))
+
+            for i in (0, 1):
+                kept = await store.get(f"resp_{i}")
+                assert kept is not None and kept.snapshot == finished[i].snapshot
+                assert kept.served_by == f"http://u{i}"
+                chain = await store.context(f"resp_{i}")
+                assert chain is not None and chain.served_by == f"http://u{i}"
+                assert [item["id"] for item in chain.items] == [f"msg_in{i}", f"msg_out{i}"]
+            assert await store.events("resp_0", after=-1) == [event(0, n) for n in range(3)]
+            assert await store.events("resp_0", after=0) == [event(0, 1), event(0, 2)]
+            assert await store.events("resp_1", after=-1) == [event(1, 0)]
+            page = await store.conversation_items("conv_1")
+            assert page is not None
+            assert [item["id"] for item in page.items] == ["msg_c", "msg_c2", "msg_out1"]
+            conversation = await store.get_conversation("conv_1")
+            assert conversation is not None and conversation.served_by == "http://u1"
+            assert await store.get("resp_2") is None
+            assert await store.events("resp_2", after=-1) == []
+            assert await store.context("resp_2") is None
+        finally:
+            await store.close()
+
+    asyncio.run(go())
 
 
 def test_a_schema_3_log_upgrades_to_batches(store_url: str) -> None:
