@@ -3,11 +3,14 @@
 JSON is kept as compact UTF-8 text (`oars.jsonfast`), read back as it was written. Every database
 failure becomes `StoreUnavailable` (503).
 
-`write` (the writer's group commit, `oars.writer`) runs on a thread of its own, with an event loop
-and an engine of its own: each statement of a transaction is a round trip to the database
-driver, and on the serving loop each round trip waits its turn behind every stream's chunks (at
-64 paced streams, 4-6 statements per ending made a transaction of 180-220 ms, and a new response
-waited behind it). There the serving loop waits for one answer per transaction.
+`write` (the writer's group commit, `oars.writer`) runs in a lane: a thread of its own, with an
+engine of its own. On the serving loop each statement of a transaction was a round trip to the
+driver that waited its turn behind every stream's chunks (at 64 paced streams, 4-6 statements per
+ending made transactions of 180-220 ms, and a new response waited behind them); there the loop
+waits for one answer per transaction. SQLite's lane is a plain blocking connection (aiosqlite
+would add a thread hop per statement), PostgreSQL's an event loop running asyncpg. What a
+transaction writes is plain functions of a connection, the same for both lanes and for the
+serving loop's engine (through `run_sync`).
 """
 
 from __future__ import annotations
@@ -18,12 +21,24 @@ import json
 import threading
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
-from sqlalchemy import and_, bindparam, delete, event, func, insert, select, update
+from sqlalchemy import (
+    Connection,
+    and_,
+    bindparam,
+    create_engine,
+    delete,
+    event,
+    func,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from oars.errors import StoreUnavailable
 from oars.events.orphan import orphan_ending
@@ -118,10 +133,10 @@ class SqlStore:
     def __init__(self, spec: str) -> None:
         """Nothing connects until `open()` (which must run on the loop that serves)."""
         self.url = database_url(spec)
-        if self.url.startswith("sqlite"):
+        if _is_sqlite(self.url):
             Path(self.url.split(":///", 1)[1]).parent.mkdir(parents=True, exist_ok=True)
         self.engine = _engine(self.url)
-        self._lane: _Lane | None = None  # where `write` runs, from the first one on
+        self._lane: _ThreadLane | _LoopLane | None = None  # where `write` runs, from the first
 
     async def open(self) -> None:
         """Create or upgrade the schema."""
@@ -141,122 +156,8 @@ class SqlStore:
     @_guard
     async def write(self, writes: Writes) -> None:
         if self._lane is None:
-            self._lane = _Lane(self.url)
-        lane = self._lane
-        await lane.run(self._write(lane.engine, writes))
-
-    async def _write(self, engine: AsyncEngine, writes: Writes) -> None:
-        """One transaction in a few statements, however many responses it carries."""
-        async with engine.begin() as conn:
-            if writes.begun:
-                await self._begin(conn, writes.begun)
-            await self._log(conn, writes.logged)
-            moved = [logged for logged in writes.logged if logged.snapshot is not None]
-            if moved:
-                await conn.execute(
-                    _SET_SNAPSHOT,
-                    [
-                        {
-                            "_id": m.response_id,
-                            "_status": m.snapshot["status"],
-                            "_snapshot": dumps(m.snapshot),
-                        }
-                        for m in moved
-                        if m.snapshot is not None
-                    ],
-                )
-            if writes.finished:
-                await self._end(conn, writes.finished)
-
-    @staticmethod
-    async def _begin(conn: AsyncConnection, begun: Sequence[NewResponse]) -> None:
-        now = time.time()
-        await conn.execute(
-            insert(responses),
-            [
-                {
-                    "id": new.response.id,
-                    "status": new.response.status,
-                    "background": new.response.background,
-                    "streamed": new.response.streamed,
-                    "owner": new.response.owner,
-                    "lease_until": now + new.lease_seconds,
-                    "cancel_requested": False,
-                    "conversation_id": new.conversation_id,
-                    "created_at": int(new.response.snapshot["created_at"]),
-                    "snapshot": dumps(new.response.snapshot),
-                    "tenant": new.response.tenant,
-                }
-                for new in begun
-            ],
-        )
-        rows = [
-            row for new in begun for row in _item_rows(new.response.id, "input", new.input_items)
-        ]
-        if rows:
-            await conn.execute(insert(response_items), rows)
-
-    @staticmethod
-    async def _log(conn: AsyncConnection, logged: Sequence[Logged]) -> None:
-        """Each batch of events one row."""
-        rows = [
-            {
-                "response_id": batch.response_id,
-                "first_sequence": batch.events[0]["sequence_number"],
-                "last_sequence": batch.events[-1]["sequence_number"],
-                "events": dumps(list(batch.events)),
-            }
-            for batch in logged
-            if batch.events
-        ]
-        if rows:
-            await conn.execute(insert(response_logs), rows)
-
-    async def _end(self, conn: AsyncConnection, finished: Sequence[Finished]) -> None:
-        ids = [done.response_id for done in finished]
-        kept = await conn.execute(
-            select(responses.c.id, responses.c.conversation_id).where(responses.c.id.in_(ids))
-        )
-        conversation_of: dict[str, str | None] = {row.id: row.conversation_id for row in kept}
-        # one deleted while it ran (from another replica): leave nothing of it behind
-        finished = [done for done in finished if done.response_id in conversation_of]
-        if not finished:
-            return
-        ids = [done.response_id for done in finished]
-        await self._log(conn, [Logged(done.response_id, done.events) for done in finished])
-        await conn.execute(
-            _SET_ENDING,
-            [
-                {
-                    "_id": done.response_id,
-                    "_status": done.snapshot["status"],
-                    "_snapshot": dumps(done.snapshot),
-                    "_served_by": done.served_by,
-                }
-                for done in finished
-            ],
-        )
-        await conn.execute(
-            delete(response_items).where(
-                and_(response_items.c.response_id.in_(ids), response_items.c.kind == "output")
-            )
-        )
-        outputs = [
-            row
-            for done in finished
-            for row in _item_rows(done.response_id, "output", done.snapshot["output"])
-        ]
-        if outputs:
-            await conn.execute(insert(response_items), outputs)
-        for done in finished:
-            conversation_id = conversation_of[done.response_id]
-            if done.conversation_items and conversation_id is not None:
-                await self._add_items(conn, conversation_id, done.conversation_items)
-                await conn.execute(
-                    update(conversations)
-                    .where(conversations.c.id == conversation_id)
-                    .values(served_by=done.served_by)
-                )
+            self._lane = _ThreadLane(self.url) if _is_sqlite(self.url) else _LoopLane(self.url)
+        await self._lane.transaction(_write, writes)
 
     @_guard
     async def get(self, response_id: str) -> StoredResponse | None:
@@ -353,21 +254,7 @@ class SqlStore:
     @_guard
     async def events(self, response_id: str, *, after: int) -> list[Json]:
         async with self.engine.connect() as conn:
-            return await self._events(conn, response_id, after)
-
-    @staticmethod
-    async def _events(conn: AsyncConnection, response_id: str, after: int) -> list[Json]:
-        rows = await conn.execute(
-            select(response_logs.c.events)
-            .where(
-                and_(
-                    response_logs.c.response_id == response_id,
-                    response_logs.c.last_sequence > after,
-                )
-            )
-            .order_by(response_logs.c.first_sequence)
-        )
-        return [e for row in rows for e in loads(row.events) if e["sequence_number"] > after]
+            return await conn.run_sync(_events, response_id, after)
 
     @_guard
     async def request_cancel(self, response_id: str) -> StoredResponse | None:
@@ -413,19 +300,9 @@ class SqlStore:
                 )
             ).all()
             for row in rows:
-                await self._fail_orphan(conn, row.id, json.loads(row.snapshot))
+                await conn.run_sync(_fail_orphan, row.id, json.loads(row.snapshot))
                 failed.append(row.id)
         return failed
-
-    async def _fail_orphan(self, conn: AsyncConnection, response_id: str, snapshot: Json) -> None:
-        """The replica running it died: whatever it logged stays; the response ends `failed`,
-        its log closed into a valid stream."""
-        events = await self._events(conn, response_id, -1)
-        streamed = (
-            await conn.execute(select(responses.c.streamed).where(responses.c.id == response_id))
-        ).scalar()
-        ending, final = orphan_ending(events, snapshot, streamed=bool(streamed))
-        await self._end(conn, [Finished(response_id, final, ending)])
 
     # ---- conversations ------------------------------------------------------------------
 
@@ -440,7 +317,7 @@ class SqlStore:
                     tenant=conversation.tenant,
                 )
             )
-            await self._add_items(conn, conversation.id, items)
+            await conn.run_sync(_add_items, conversation.id, items)
 
     @_guard
     async def get_conversation(self, conversation_id: str) -> Conversation | None:
@@ -512,40 +389,8 @@ class SqlStore:
             ).first()
             if exists is None:
                 return False
-            await self._add_items(conn, conversation_id, items)
+            await conn.run_sync(_add_items, conversation_id, items)
         return True
-
-    @staticmethod
-    async def _add_items(
-        conn: AsyncConnection, conversation_id: str, items: Sequence[Json]
-    ) -> None:
-        if not items:
-            return
-        # Turns of one conversation may end together on several replicas: the conversation's
-        # row lock orders their appends (SQLite serializes writers anyway).
-        await conn.execute(
-            select(conversations.c.id)
-            .where(conversations.c.id == conversation_id)
-            .with_for_update()
-        )
-        last = (
-            await conn.execute(
-                select(func.max(conversation_items.c.position)).where(
-                    conversation_items.c.conversation_id == conversation_id
-                )
-            )
-        ).scalar()
-        start = 0 if last is None else int(last) + 1
-        rows = [
-            {
-                "conversation_id": conversation_id,
-                "position": start + i,
-                "item_id": item["id"],
-                "item": dumps(item),
-            }
-            for i, item in enumerate(items)
-        ]
-        await conn.execute(insert(conversation_items), rows)
 
     @_guard
     async def get_conversation_item(self, conversation_id: str, item_id: str) -> Json | None:
@@ -576,6 +421,170 @@ class SqlStore:
         return bool(gone.rowcount)
 
 
+# ---- what is written in one transaction: plain functions of a connection, run in a lane (the
+# writer's transactions) or through `run_sync` on the serving loop's engine ----------------------
+
+
+def _write(conn: Connection, writes: Writes) -> None:
+    """One transaction in a few statements, however many responses it carries."""
+    if writes.begun:
+        _begin(conn, writes.begun)
+    _log(conn, writes.logged)
+    moved = [(m.response_id, m.snapshot) for m in writes.logged if m.snapshot is not None]
+    if moved:
+        conn.execute(
+            _SET_SNAPSHOT,
+            [
+                {"_id": response_id, "_status": snapshot["status"], "_snapshot": dumps(snapshot)}
+                for response_id, snapshot in moved
+            ],
+        )
+    if writes.finished:
+        _end(conn, writes.finished)
+
+
+def _begin(conn: Connection, begun: Sequence[NewResponse]) -> None:
+    now = time.time()
+    conn.execute(
+        insert(responses),
+        [
+            {
+                "id": new.response.id,
+                "status": new.response.status,
+                "background": new.response.background,
+                "streamed": new.response.streamed,
+                "owner": new.response.owner,
+                "lease_until": now + new.lease_seconds,
+                "cancel_requested": False,
+                "conversation_id": new.conversation_id,
+                "created_at": int(new.response.snapshot["created_at"]),
+                "snapshot": dumps(new.response.snapshot),
+                "tenant": new.response.tenant,
+            }
+            for new in begun
+        ],
+    )
+    rows = [row for new in begun for row in _item_rows(new.response.id, "input", new.input_items)]
+    if rows:
+        conn.execute(insert(response_items), rows)
+
+
+def _log(conn: Connection, logged: Sequence[Logged]) -> None:
+    """Each batch of events one row."""
+    rows = [
+        {
+            "response_id": batch.response_id,
+            "first_sequence": batch.events[0]["sequence_number"],
+            "last_sequence": batch.events[-1]["sequence_number"],
+            "events": dumps(list(batch.events)),
+        }
+        for batch in logged
+        if batch.events
+    ]
+    if rows:
+        conn.execute(insert(response_logs), rows)
+
+
+def _end(conn: Connection, finished: Sequence[Finished]) -> None:
+    ids = [done.response_id for done in finished]
+    kept = conn.execute(
+        select(responses.c.id, responses.c.conversation_id)
+        .where(responses.c.id.in_(ids))
+        .with_for_update()  # and no replica deletes them until this commits
+    )
+    conversation_of: dict[str, str | None] = {row.id: row.conversation_id for row in kept}
+    # one deleted while it ran (from another replica): leave nothing of it behind
+    finished = [done for done in finished if done.response_id in conversation_of]
+    if not finished:
+        return
+    ids = [done.response_id for done in finished]
+    _log(conn, [Logged(done.response_id, done.events) for done in finished])
+    conn.execute(
+        _SET_ENDING,
+        [
+            {
+                "_id": done.response_id,
+                "_status": done.snapshot["status"],
+                "_snapshot": dumps(done.snapshot),
+                "_served_by": done.served_by,
+            }
+            for done in finished
+        ],
+    )
+    conn.execute(
+        delete(response_items).where(
+            and_(response_items.c.response_id.in_(ids), response_items.c.kind == "output")
+        )
+    )
+    outputs = [
+        row
+        for done in finished
+        for row in _item_rows(done.response_id, "output", done.snapshot["output"])
+    ]
+    if outputs:
+        conn.execute(insert(response_items), outputs)
+    for done in finished:
+        conversation_id = conversation_of[done.response_id]
+        if done.conversation_items and conversation_id is not None:
+            _add_items(conn, conversation_id, done.conversation_items)
+            conn.execute(
+                update(conversations)
+                .where(conversations.c.id == conversation_id)
+                .values(served_by=done.served_by)
+            )
+
+
+def _events(conn: Connection, response_id: str, after: int) -> list[Json]:
+    rows = conn.execute(
+        select(response_logs.c.events)
+        .where(
+            and_(
+                response_logs.c.response_id == response_id,
+                response_logs.c.last_sequence > after,
+            )
+        )
+        .order_by(response_logs.c.first_sequence)
+    )
+    return [e for row in rows for e in loads(row.events) if e["sequence_number"] > after]
+
+
+def _fail_orphan(conn: Connection, response_id: str, snapshot: Json) -> None:
+    """The replica running it died: whatever it logged stays; the response ends `failed`, its
+    log closed into a valid stream."""
+    events = _events(conn, response_id, -1)
+    streamed = conn.execute(
+        select(responses.c.streamed).where(responses.c.id == response_id)
+    ).scalar()
+    ending, final = orphan_ending(events, snapshot, streamed=bool(streamed))
+    _end(conn, [Finished(response_id, final, ending)])
+
+
+def _add_items(conn: Connection, conversation_id: str, items: Sequence[Json]) -> None:
+    if not items:
+        return
+    # Turns of one conversation may end together on several replicas: the conversation's row
+    # lock orders their appends (SQLite serializes writers anyway).
+    conn.execute(
+        select(conversations.c.id).where(conversations.c.id == conversation_id).with_for_update()
+    )
+    last = conn.execute(
+        select(func.max(conversation_items.c.position)).where(
+            conversation_items.c.conversation_id == conversation_id
+        )
+    ).scalar()
+    start = 0 if last is None else int(last) + 1
+    rows = [
+        {
+            "conversation_id": conversation_id,
+            "position": start + i,
+            "item_id": item["id"],
+            "item": dumps(item),
+        }
+        for i, item in enumerate(items)
+    ]
+    conn.execute(insert(conversation_items), rows)
+
+
 _SET_SNAPSHOT = (
     update(responses)
     .where(responses.c.id == bindparam("_id"))
@@ -592,8 +601,15 @@ _SET_ENDING = (
 )
 
 
+# ---- engines and lanes ----------------------------------------------------------------------
+
+
+def _is_sqlite(url: str) -> bool:
+    return url.startswith("sqlite")
+
+
 def _engine(url: str) -> AsyncEngine:
-    if url.startswith("sqlite"):
+    if _is_sqlite(url):
         engine = create_async_engine(url, connect_args={"timeout": 30})
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         return engine
@@ -605,26 +621,66 @@ def _engine(url: str) -> AsyncEngine:
     )
 
 
-class _Lane:
-    """A thread running an event loop of its own, with an engine of its own on it."""
+class _ThreadLane:
+    """SQLite's lane: a thread of its own with a plain (blocking) engine, so that a transaction
+    is one hop from the serving loop and none inside. It takes the write lock as it begins
+    (`BEGIN IMMEDIATE`): what it reads, no other connection changes before it commits."""
+
+    def __init__(self, url: str) -> None:
+        self.engine = create_engine(url.replace("+aiosqlite", "", 1), connect_args={"timeout": 30})
+        event.listen(self.engine, "connect", _sqlite_autocommit)
+        event.listen(self.engine, "begin", _sqlite_begin_immediate)
+        self.thread = ThreadPoolExecutor(1, thread_name_prefix="store writes")
+
+    async def transaction(self, work: Callable[..., T], *args: Any) -> T:
+        def run() -> T:
+            with self.engine.begin() as conn:
+                return work(conn, *args)
+
+        return await asyncio.get_running_loop().run_in_executor(self.thread, run)
+
+    async def close(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(self.thread, self.engine.dispose)
+        self.thread.shutdown()
+
+
+class _LoopLane:
+    """PostgreSQL's lane: a thread running an event loop of its own, with an engine on it (the
+    driver, asyncpg, is asynchronous): the serving loop waits for one answer per transaction,
+    not one per statement."""
 
     def __init__(self, url: str) -> None:
         self.loop = asyncio.new_event_loop()
         self.engine = _engine(url)
-        self.thread = threading.Thread(
-            target=self.loop.run_forever, name="store writes", daemon=True
-        )
+        self.thread = threading.Thread(target=self.loop.run_forever, name="store writes")
+        self.thread.daemon = True
         self.thread.start()
 
-    async def run(self, work: Coroutine[Any, Any, T]) -> T:
-        """`work`'s result, run on this lane (cancelled there if its caller is cancelled)."""
+    async def transaction(self, work: Callable[..., T], *args: Any) -> T:
+        async def run() -> T:
+            async with self.engine.begin() as conn:
+                return await conn.run_sync(work, *args)
+
+        return await self._on_lane(run())
+
+    async def _on_lane(self, work: Coroutine[Any, Any, T]) -> T:
+        """Run `work` on the lane (cancelled there if its caller is cancelled)."""
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(work, self.loop))
 
     async def close(self) -> None:
-        await self.run(self.engine.dispose())
+        await self._on_lane(self.engine.dispose())
         self.loop.call_soon_threadsafe(self.loop.stop)
         await asyncio.to_thread(self.thread.join)
         self.loop.close()
+
+
+def _sqlite_autocommit(dbapi_conn: Any, _record: Any) -> None:
+    _sqlite_pragmas(dbapi_conn, _record)
+    dbapi_conn.isolation_level = None  # the driver begins nothing itself: `_sqlite_begin_immediate`
+
+
+def _sqlite_begin_immediate(conn: Connection) -> None:
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
