@@ -26,6 +26,7 @@ from oars.events import Event
 from oars.metrics import Metrics, TokenClock
 from oars.normalize import ResponseRequest
 from oars.service import Generation, ResponsesService
+from oars.silence import Silence
 from oars.store import (
     TERMINAL_STATUSES,
     Chain,
@@ -73,23 +74,28 @@ class EventLog:
         that came since the last (one write for a reader that fell behind). With `keepalive`,
         an empty batch after that many seconds without an event."""
         position = after + 1  # sequence numbers are the log's positions
-        while True:
-            changed = self._changed
-            if position < len(self.events):
-                batch = self.events[position:]
-                position += len(batch)
-                yield batch
-            if self.closed and position >= len(self.events):
-                return
-            if position < len(self.events):
-                continue
-            if keepalive is None:
-                await changed.wait()
-                continue
-            try:
-                await asyncio.wait_for(changed.wait(), keepalive)
-            except TimeoutError:
-                yield []
+        silence = Silence(keepalive) if keepalive is not None else None
+        try:
+            while True:
+                changed = self._changed
+                if position < len(self.events):
+                    batch = self.events[position:]
+                    position += len(batch)
+                    yield batch
+                if self.closed and position >= len(self.events):
+                    return
+                if position < len(self.events):
+                    continue
+                if silence is None:
+                    await changed.wait()
+                    continue
+                try:
+                    await silence.wait(changed.wait())
+                except TimeoutError:
+                    yield []
+        finally:
+            if silence is not None:
+                silence.close()
 
 
 class RunHandle:

@@ -36,6 +36,7 @@ from oars.generation import (
 )
 from oars.jsonfast import loads
 from oars.parsing import Segment, SegmentKind
+from oars.silence import Silence
 
 log = logging.getLogger("oars.upstream")
 
@@ -183,7 +184,8 @@ class UpstreamEngine:
     # ---- Engine protocol ----------------------------------------------------------------
 
     async def open(self, request: EngineRequest) -> Opened:
-        response = await self._send(self._body(request))
+        # its chunks' reads are timed by `_sse_data` (one timer a stream, not one a read)
+        response = await self._send(self._body(request), read_timeout=None)
         parser = self.config.family.parser(request.tools)
         return UpstreamOpened(request, parser, response, self.name)
 
@@ -207,7 +209,7 @@ class UpstreamEngine:
         body = self._body(request)
         body.update(stream=False, max_tokens=1)
         body.pop("stream_options", None)
-        response = await self._send(body)
+        response = await self._send(body, read_timeout=self.config.idle_timeout)
         try:
             await response.aread()
             return int(response.json()["usage"]["prompt_tokens"])
@@ -232,15 +234,19 @@ class UpstreamEngine:
             log.warning("%s: no usage in the stream, and no token count: %s", self.info.id, exc)
             return 0
 
-    async def _send(self, body: dict[str, Any]) -> httpx.Response:
-        """POST, and wait for the status line: errors here are the whole response's status."""
+    async def _send(self, body: dict[str, Any], *, read_timeout: float | None) -> httpx.Response:
+        """POST, and wait for the status line: errors here are the whole response's status.
+        `read_timeout`: for each read of the body after it (None: the caller times them)."""
         client = self._http()
         where = self.name
         started = time.monotonic()
+        c = self.config
+        timeout = httpx.Timeout(c.first_byte_timeout, connect=c.connect_timeout, read=read_timeout)
         try:
-            request = client.build_request("POST", "/chat/completions", json=body)
-            response = await client.send(request, stream=True)
-        except httpx.TimeoutException as exc:
+            request = client.build_request("POST", "/chat/completions", json=body, timeout=timeout)
+            async with asyncio.timeout(c.first_byte_timeout):
+                response = await client.send(request, stream=True)
+        except (httpx.TimeoutException, TimeoutError) as exc:
             self._observed(started, "upstream_timeout")
             raise UpstreamError(
                 f"the upstream at {where} did not answer in time",
@@ -256,8 +262,16 @@ class UpstreamEngine:
             ) from exc
         self._observed(started, None if response.status_code < 400 else str(response.status_code))
         if response.status_code >= 400:
-            await response.aread()
-            await response.aclose()
+            try:
+                async with asyncio.timeout(c.idle_timeout):
+                    await response.aread()
+            except (httpx.HTTPError, TimeoutError) as exc:
+                raise UpstreamError(
+                    f"the upstream at {where} answered {response.status_code} and its error "
+                    f"could not be read: {exc!r}"
+                ) from exc
+            finally:
+                await response.aclose()
             raise _rejection(response, where)
         return response
 
@@ -336,28 +350,30 @@ async def _sse_data(
     response: httpx.Response, first: float, idle: float
 ) -> AsyncIterator[list[bytes]]:
     """The `data:` payloads of an SSE body, as many as each read brings (under load, several
-    chunks a read: one timer and one hop a read, not a line). Engines that answer with their
-    headers at once queue and prefill before the first chunk (`first` seconds allowed); after
-    it, an upstream silent for `idle` seconds has stalled."""
+    chunks a read: one hop a read, not a line). Engines that answer with their headers at once
+    queue and prefill before the first chunk (`first` seconds allowed); after it, an upstream
+    silent for `idle` seconds has stalled."""
     reads = response.aiter_bytes().__aiter__()
-    wait, rest = first, b""
-    while True:
-        try:
-            async with asyncio.timeout(wait):
-                data = await reads.__anext__()
-            wait = idle
-        except StopAsyncIteration:
-            if rest.startswith(b"data:"):  # a last line without its newline
-                yield [rest[5:].strip()]
-            return
-        except TimeoutError as exc:
-            raise EngineError(f"the upstream sent nothing for {wait:g} s") from exc
-        except httpx.HTTPError as exc:
-            raise EngineError(f"the upstream's stream broke: {exc}") from exc
-        *lines, rest = (rest + data).split(b"\n")
-        payloads = [line[5:].strip() for line in lines if line.startswith(b"data:")]
-        if payloads:
-            yield payloads
+    silence, rest = Silence(first), b""
+    try:
+        while True:
+            try:
+                data = await silence.wait(reads.__anext__())
+            except StopAsyncIteration:
+                if rest.startswith(b"data:"):  # a last line without its newline
+                    yield [rest[5:].strip()]
+                return
+            except TimeoutError as exc:
+                raise EngineError(f"the upstream sent nothing for {silence.seconds:g} s") from exc
+            except httpx.HTTPError as exc:
+                raise EngineError(f"the upstream's stream broke: {exc}") from exc
+            silence.seconds = idle
+            *lines, rest = (rest + data).split(b"\n")
+            payloads = [line[5:].strip() for line in lines if line.startswith(b"data:")]
+            if payloads:
+                yield payloads
+    finally:
+        silence.close()
 
 
 def _json_object(data: bytes) -> dict[str, Any]:

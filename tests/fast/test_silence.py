@@ -1,0 +1,98 @@
+"""`Silence`: a timeout on each wait, with one timer for all of them."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from oars.silence import Silence
+
+
+def test_a_wait_longer_than_allowed_is_a_timeout() -> None:
+    async def go() -> float:
+        silence = Silence(0.2)
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            await silence.wait(asyncio.sleep(5))
+        silence.close()
+        return time.monotonic() - started
+
+    assert 0.2 <= asyncio.run(go()) < 1.0
+
+
+def test_short_waits_never_time_out_however_long_they_last_together() -> None:
+    async def go() -> list[object]:
+        silence = Silence(0.1)
+        got = [await silence.wait(_after(0.02, i)) for i in range(25)]  # 0.5 s in all
+        silence.close()
+        return got
+
+    assert asyncio.run(go()) == list(range(25))
+
+
+def test_what_runs_between_waits_is_never_cancelled() -> None:
+    async def go() -> str:
+        silence = Silence(0.05)
+        await silence.wait(_after(0.01, None))
+        await asyncio.sleep(0.3)  # the timer fires meanwhile: not in a wait, nothing happens
+        result = await silence.wait(_after(0.01, "still here"))
+        silence.close()
+        return str(result)
+
+    assert asyncio.run(go()) == "still here"
+
+
+def test_a_shorter_allowance_takes_effect_at_once() -> None:
+    async def go() -> float:
+        silence = Silence(30.0)
+        await silence.wait(_after(0.01, None))
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            await silence.wait(asyncio.sleep(5), 0.1)
+        silence.close()
+        return time.monotonic() - started
+
+    assert 0.1 <= asyncio.run(go()) < 1.0
+
+
+def test_a_cancel_from_outside_stays_a_cancel() -> None:
+    async def go() -> None:
+        silence = Silence(5.0)
+        task = asyncio.create_task(silence.wait(asyncio.sleep(5)))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        silence.close()
+
+    asyncio.run(go())
+
+
+def test_one_timer_serves_every_wait() -> None:
+    """The point of it: a wait schedules no timer of its own."""
+
+    async def go() -> int:
+        loop = asyncio.get_running_loop()
+        scheduled = 0
+        call_at = loop.call_at
+
+        def counted(*args: object, **kwargs: object) -> asyncio.TimerHandle:
+            nonlocal scheduled
+            scheduled += 1
+            return call_at(*args, **kwargs)  # type: ignore[arg-type]
+
+        loop.call_at = counted  # type: ignore[method-assign]
+        silence = Silence(10.0)
+        for _ in range(200):
+            await silence.wait(_after(0, None))
+        silence.close()
+        return scheduled
+
+    assert asyncio.run(go()) == 1
+
+
+async def _after(seconds: float, value: object) -> object:
+    await asyncio.sleep(seconds)
+    return value
