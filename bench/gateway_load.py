@@ -7,7 +7,8 @@ CPU a token, read straight from an upstream, through `oars serve` (store off, st
 
 The upstream (`--rates 0`: as fast as it can; else that many chunks a second per stream, each
 chunk a different word) and the clients run in processes of their own, on raw sockets, so the
-figures are the gateway's, not httpx's. Unpaced, the `--streams` requests start at once (what
+figures are the gateway's, not httpx's. The upstream keeps its connections alive (chunked
+bodies), as vLLM's and llama.cpp's servers do; each client stream connects anew. Unpaced, the `--streams` requests start at once (what
 one process saturates at, and how late the last of a burst starts). Paced, they are a load: as
 many users, arriving evenly over one stream's length, each sending two streams back to back,
 so that `--streams` streams run at once in the middle of the round (tokens/s is over the whole
@@ -68,27 +69,39 @@ END = (b"data: " + json.dumps({"id": "c", "object": "chat.completion.chunk", "cr
        "model": "m", "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 0,
        "total_tokens": 5}}).encode() + b"\n\ndata: [DONE]\n\n")
 
+def framed(data):
+    return b"%x\r\n" % len(data) + data + b"\r\n"
+
 async def serve(reader, writer):
+    # requests one after another on a connection, as vLLM's and llama.cpp's servers keep them
     try:
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = 0
-        for line in head.split(b"\r\n"):
-            if line.lower().startswith(b"content-length:"):
-                length = int(line.split(b":")[1])
-        body = json.loads(await reader.readexactly(length)) if length else {}
-        if head.startswith(b"GET"):
-            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}")
-            return
-        tokens, rate = body.get("max_tokens") or 400, float(body.get("seed") or 0) / 1000
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n")
-        for i in range(tokens):
-            writer.write(chunk(" " + WORDS[i % len(WORDS)] + str(i)))
-            if rate:
-                await asyncio.sleep(1 / rate)
-            elif i % 16 == 15:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length, close = 0, False
+            for line in head.split(b"\r\n"):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+                close = close or line.lower() == b"connection: close"
+            body = json.loads(await reader.readexactly(length)) if length else {}
+            if head.startswith(b"GET"):
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}")
                 await writer.drain()
-        writer.write(END)
-        await writer.drain()
+                if close:
+                    return
+                continue
+            tokens, rate = body.get("max_tokens") or 400, float(body.get("seed") or 0) / 1000
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                         b"transfer-encoding: chunked\r\n\r\n")
+            for i in range(tokens):
+                writer.write(framed(chunk(" " + WORDS[i % len(WORDS)] + str(i))))
+                if rate:
+                    await asyncio.sleep(1 / rate)
+                elif i % 16 == 15:
+                    await writer.drain()
+            writer.write(framed(END) + b"0\r\n\r\n")
+            await writer.drain()
+            if close:
+                return
     except (ConnectionError, asyncio.IncompleteReadError):
         pass
     finally:
