@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -34,6 +35,7 @@ class Scenario:
     error: Any = None  # the body of an error status
     header_delay: float = 0.0  # seconds before the status line
     chunk_delay: float = 0.0  # seconds between chunks
+    framing: str = "close"  # the body: until the connection closes, "chunked", or "gzip" (closed)
 
 
 def recorded(name: str) -> Scenario:
@@ -138,12 +140,25 @@ class Replay:
         handler.send_response(200)
         handler.send_header("content-type", "text/event-stream")
         handler.send_header("connection", "close")
+        if scenario.framing == "chunked":
+            handler.send_header("transfer-encoding", "chunked")
+        gzip = zlib.compressobj(wbits=31) if scenario.framing == "gzip" else None
+        if gzip is not None:
+            handler.send_header("content-encoding", "gzip")
         handler.end_headers()
         try:
             for frame in _frames(scenario):
+                if gzip is not None:  # each frame flushed, so that it streams
+                    frame = gzip.compress(frame) + gzip.flush(zlib.Z_SYNC_FLUSH)
+                if scenario.framing == "chunked":
+                    frame = b"%x\r\n%s\r\n" % (len(frame), frame)
                 handler.wfile.write(frame)
                 handler.wfile.flush()
                 time.sleep(scenario.chunk_delay)
+            if gzip is not None:
+                handler.wfile.write(gzip.flush())
+            if scenario.framing == "chunked" and scenario.cut_after is None:
+                handler.wfile.write(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError):
             self.closed.set()
         handler.close_connection = True

@@ -14,9 +14,9 @@ import json
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 import httpx
 
@@ -353,7 +353,11 @@ async def _sse_data(
     chunks a read: one hop a read, not a line). Engines that answer with their headers at once
     queue and prefill before the first chunk (`first` seconds allowed); after it, an upstream
     silent for `idle` seconds has stalled."""
-    reads = response.aiter_bytes().__aiter__()
+    # An uncompressed body is read from the connection's stream as it comes: `aiter_bytes`
+    # adds two generators a chunk, and engines send a chunk a token.
+    plain = response.headers.get("content-encoding", "identity") == "identity"
+    stream = cast(AsyncIterable[bytes], response.stream) if plain else response.aiter_bytes()
+    reads = stream.__aiter__()
     silence, rest = Silence(first), b""
     try:
         while True:

@@ -659,6 +659,19 @@ def test_a_name_in_pieces_and_a_call_without_arguments(upstream: Replay) -> None
     assert (second["name"], second["arguments"]) == ("get_weather", "{}")
 
 
+@pytest.mark.parametrize("framing", ["close", "chunked", "gzip"])
+def test_a_stream_reads_the_same_however_its_body_is_framed(upstream: Replay, framing: str) -> None:
+    """Until the connection closes, a chunk a token (vLLM's and llama.cpp's servers), or
+    compressed: an uncompressed body is read from the connection's stream directly, a
+    compressed one through httpx's decoder."""
+    pieces = ["Hel", "lo", " the", "re", ", wor", "ld"]
+    upstream.play(Scenario(text_stream(pieces).chunks, framing=framing))
+    events = _stream(upstream.url, {"input": "x"})
+    deltas = [e["delta"] for e in events if e["type"] == "response.output_text.delta"]
+    assert deltas == pieces
+    assert _final(events)["status"] == "completed"
+
+
 def test_the_first_chunk_may_take_longer_than_the_idle_timeout(upstream: Replay) -> None:
     """Engines send their headers at once, then queue and prefill."""
     slow_start = Scenario(text_stream(["ok"]).chunks, stall_after=0, stall=1.0)
