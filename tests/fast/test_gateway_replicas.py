@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+from openai.types.responses import Response
 from starlette.testclient import TestClient
 
 from oars.engines.replicas import BALANCED, CHAIN, PREFIX, ReplicaSet
@@ -57,6 +58,7 @@ def gateway(config: Path, store: str, name: str = "g1") -> Iterator[str]:
 def _create(base: str, **body: Any) -> dict[str, Any]:
     r = httpx.post(f"{base}/responses", json={"model": "m", **body}, timeout=30)
     assert r.status_code == 200, r.text
+    Response.model_validate(r.json())  # the SDK's own type of a final object
     return dict(r.json())
 
 
