@@ -41,10 +41,11 @@ class Silence:
         task = asyncio.current_task()
         assert task is not None
         self._waiting, self._expired = task, False
+        cancelling = task.cancelling()  # cancels asked before this wait are not its own
         try:
             return await awaitable
         except asyncio.CancelledError:
-            if self._expired and task.uncancel() == 0:
+            if self._expired and task.uncancel() <= cancelling:
                 raise TimeoutError(f"nothing came for {self.seconds:g} s") from None
             raise
         finally:

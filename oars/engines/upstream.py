@@ -10,11 +10,12 @@ content goes through the model family's parser when the upstream left calls or `
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
@@ -285,13 +286,14 @@ class UpstreamEngine:
         self.streams += 1
         try:
             timeouts = (self.config.first_byte_timeout, self.config.idle_timeout)
-            async for payloads in _sse_data(response, *timeouts):
-                done = b"[DONE]" in payloads
-                for data in payloads[: payloads.index(b"[DONE]")] if done else payloads:
-                    for chunk in reader.read(_json_object(data)):
-                        yield chunk
-                if done:
-                    break
+            async with contextlib.aclosing(_sse_data(response, *timeouts)) as stream:
+                async for payloads in stream:
+                    done = b"[DONE]" in payloads
+                    for data in payloads[: payloads.index(b"[DONE]")] if done else payloads:
+                        for chunk in reader.read(_json_object(data)):
+                            yield chunk
+                    if done:
+                        break
             *rest, last = reader.finish()
             for chunk in rest:
                 yield chunk
@@ -348,7 +350,7 @@ def _error_fields(response: httpx.Response) -> tuple[str, str | None, str | None
 
 async def _sse_data(
     response: httpx.Response, first: float, idle: float
-) -> AsyncIterator[list[bytes]]:
+) -> AsyncGenerator[list[bytes], None]:
     """The `data:` payloads of an SSE body, as many as each read brings (under load, several
     chunks a read: one hop a read, not a line). Engines that answer with their headers at once
     queue and prefill before the first chunk (`first` seconds allowed); after it, an upstream

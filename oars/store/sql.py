@@ -486,19 +486,8 @@ def _log(conn: Connection, logged: Sequence[Logged]) -> None:
 
 
 def _end(conn: Connection, finished: Sequence[Finished]) -> None:
-    ids = [done.response_id for done in finished]
-    kept = conn.execute(
-        select(responses.c.id, responses.c.conversation_id)
-        .where(responses.c.id.in_(ids))
-        .with_for_update()  # and no replica deletes them until this commits
-    )
-    conversation_of: dict[str, str | None] = {row.id: row.conversation_id for row in kept}
-    # one deleted while it ran (from another replica): leave nothing of it behind
-    finished = [done for done in finished if done.response_id in conversation_of]
-    if not finished:
-        return
-    ids = [done.response_id for done in finished]
-    _log(conn, [Logged(done.response_id, done.events) for done in finished])
+    # The update comes first: it takes the rows' locks (SQLite's write lock), so that the
+    # responses the select then finds stay until this commits, whoever deletes meanwhile.
     conn.execute(
         _SET_ENDING,
         [
@@ -511,6 +500,18 @@ def _end(conn: Connection, finished: Sequence[Finished]) -> None:
             for done in finished
         ],
     )
+    kept = conn.execute(
+        select(responses.c.id, responses.c.conversation_id).where(
+            responses.c.id.in_([done.response_id for done in finished])
+        )
+    )
+    conversation_of: dict[str, str | None] = {row.id: row.conversation_id for row in kept}
+    # one deleted while it ran (from another replica): leave nothing of it behind
+    finished = [done for done in finished if done.response_id in conversation_of]
+    if not finished:
+        return
+    ids = [done.response_id for done in finished]
+    _log(conn, [Logged(done.response_id, done.events) for done in finished])
     conn.execute(
         delete(response_items).where(
             and_(response_items.c.response_id.in_(ids), response_items.c.kind == "output")
@@ -608,7 +609,7 @@ def _is_sqlite(url: str) -> bool:
     return url.startswith("sqlite")
 
 
-def _engine(url: str) -> AsyncEngine:
+def _engine(url: str, pool_size: int = 10) -> AsyncEngine:
     if _is_sqlite(url):
         engine = create_async_engine(url, connect_args={"timeout": 30})
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
@@ -616,7 +617,7 @@ def _engine(url: str) -> AsyncEngine:
     return create_async_engine(
         url,
         pool_pre_ping=True,
-        pool_size=10,
+        pool_size=pool_size,
         connect_args={"timeout": 10, "command_timeout": 30},
     )
 
@@ -651,7 +652,7 @@ class _LoopLane:
 
     def __init__(self, url: str) -> None:
         self.loop = asyncio.new_event_loop()
-        self.engine = _engine(url)
+        self.engine = _engine(url, pool_size=1)  # a transaction at a time
         self.thread = threading.Thread(target=self.loop.run_forever, name="store writes")
         self.thread.daemon = True
         self.thread.start()

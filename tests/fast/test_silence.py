@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 import pytest
@@ -68,6 +69,26 @@ def test_a_cancel_from_outside_stays_a_cancel() -> None:
         silence.close()
 
     asyncio.run(go())
+
+
+def test_a_timeout_stays_a_timeout_in_a_task_that_once_swallowed_a_cancel() -> None:
+    """As `asyncio.timeout`: only the cancels it asked for itself are its own."""
+
+    async def go() -> None:
+        with contextlib.suppress(asyncio.CancelledError):  # swallowed, its count left as is
+            await asyncio.sleep(5)
+        silence = Silence(0.05)
+        with pytest.raises(TimeoutError):
+            await silence.wait(asyncio.sleep(5))
+        silence.close()
+
+    async def main() -> None:
+        task = asyncio.create_task(go())
+        await asyncio.sleep(0.01)
+        task.cancel()
+        await task
+
+    asyncio.run(main())
 
 
 def test_one_timer_serves_every_wait() -> None:
