@@ -268,11 +268,18 @@ class Runs:
             if turn.compacted is not None:
                 how = "trigger" if request.compaction.now else "threshold"
                 self.metrics.compacted(request.model, how)
-        generation = await self.service.start(turn)
+        generation = await self.service.prepare(turn)
         handle = RunHandle(request, generation, turn)
         handle.clock = TokenClock(self.metrics, handle.model)
-        # The first write overlaps the prefill; no byte is sent before it has landed.
-        begun = asyncio.ensure_future(self._begin(handle)) if request.store else None
+        # The first write overlaps the engine's answer (an upstream's status line) and then the
+        # prefill; no byte is sent before it has landed.
+        begun = self._begin(handle) if request.store else None
+        try:
+            await generation.open()
+        except BaseException:
+            if begun is not None:
+                await self._unbegin(handle, begun)
+            raise
         handle.task = asyncio.create_task(self._produce(handle, begun), name=f"run {handle.id}")
         self._tasks.add(handle.task)
         handle.task.add_done_callback(self._tasks.discard)
@@ -286,29 +293,43 @@ class Runs:
         self.active[handle.id] = handle
         return handle
 
-    async def _begin(self, handle: RunHandle) -> None:
+    def _begin(self, handle: RunHandle) -> asyncio.Future[None]:
         assert self.writer is not None
         turn = handle.turn
         stored = handle.stored(handle.initial, self.replica)
         new = NewResponse(
             stored, turn.stored_input, turn.request.conversation_id, self.lease_seconds
         )
-        await self.writer.begin(new)
+        return self.writer.begin(new)
+
+    async def _unbegin(self, handle: RunHandle, begun: asyncio.Future[None]) -> None:
+        """The engine refused the response (its error is the request's status): what its first
+        write kept, if it was written already, goes."""
+        assert self.writer is not None and self.store is not None
+        if self.writer.withdraw(begun):
+            return
+        await asyncio.wait([begun])
+        if begun.cancelled() or begun.exception() is not None:
+            return
+        try:
+            await self.store.delete(handle.id)
+        except StoreUnavailable as exc:  # its lease lapses: a heartbeat fails it as an orphan
+            log.warning("response %s was refused and could not be deleted: %s", handle.id, exc)
 
     async def _produce(self, handle: RunHandle, begun: asyncio.Future[None] | None) -> None:
         kept: Kept | None = None
         if begun is not None and self.writer is not None:
             kept = self.writer.track(handle, begun, logged=handle.streamed)
         generation = handle.generation
-        events = generation.events(handle.clock)
+        events = generation.batches(handle.clock)
         ending: list[Event] = []  # held back until the response is kept
         try:
             if handle.cancel_requested:
                 raise asyncio.CancelledError  # asked for before this task first ran
             handle.generating = True
             async with asyncio.timeout(self.request_timeout):
-                async for event in events:
-                    ending = _publish(handle, [event], ending)
+                async for batch in events:
+                    ending = _publish(handle, batch, ending)
                     if kept is not None:
                         kept.check()
             handle.generating = False

@@ -6,15 +6,17 @@ server runs (an MCP server's), the call runs as soon as it is written, and the m
 in a next step that sees the result, until it answers, calls a tool of the client's, asks for
 an approval, or reaches a limit. One builder makes every event of every step.
 
-Only the generation ends a response: `events()` ends it completed, incomplete or failed (an
+Only the generation ends a response: `batches()` (or `events()`) ends it completed, incomplete or failed (an
 engine error after streaming began); the run manager asks it to `cancel()`, `fail()` (a timeout,
 a store that failed) or `fail_instead()` (an ending that could not be stored). Before the first
-event, errors are raised by `start` (context length, a model that is not served, an upstream
-that refuses) and become the HTTP status of the whole response.
+event, errors are raised by `prepare` (a model that is not served, a part it does not take) or by
+the generation's `open` (context length, an upstream that refuses; `start` does both) and become
+the HTTP status of the whole response.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, replace
@@ -93,7 +95,14 @@ class ResponsesService:
         return self.engine
 
     async def start(self, turn: Turn) -> Generation:
-        """Accept a turn; errors before any byte raise here."""
+        """Accept a turn and open its engine; errors before any byte raise here."""
+        generation = await self.prepare(turn)
+        await generation.open()
+        return generation
+
+    async def prepare(self, turn: Turn) -> Generation:
+        """Accept a turn without asking its engine anything yet (`Generation.open` does): what
+        is wrong with the request itself raises here."""
         request = turn.request
         engine = self.engine_for(request.model)
         builder = ResponseBuilder(
@@ -106,12 +115,7 @@ class ResponsesService:
         )
         _check_media(engine, turn.messages)
         toolbox = await self._toolbox(turn)
-        if not request.generate:
-            tokens = await engine.count_tokens(turn.engine_request())
-            return Generation(engine, turn, builder, unread=tokens)
-        # With MCP servers, what the model may call is known once they are listed.
-        first = await engine.open(turn.engine_request()) if toolbox is None else None
-        return Generation(engine, turn, builder, first=first, toolbox=toolbox)
+        return Generation(engine, turn, builder, toolbox=toolbox)
 
     async def open(self) -> None:
         """Start what engines run beside the requests (an upstream's health checks)."""
@@ -186,25 +190,38 @@ class Generation:
     def id(self) -> str:
         return self.builder.id
 
+    async def open(self) -> None:
+        """Ask the engine for the first step (an upstream: until its status line), or, with
+        `generate: false`, for the input's token count. Errors here come before any byte."""
+        request = self.turn.request
+        if not request.generate:
+            self._unread = await self.engine.count_tokens(self.turn.engine_request())
+        elif self.toolbox is None:  # with MCP servers, what the model may call is known later
+            self._first = await self.engine.open(self.turn.engine_request())
+            self.served_by = self._first.served_by
+
     async def events(self, clock: TokenClock | None = None) -> AsyncGenerator[Event, None]:
         """Every event of the response, its ending included; `clock` is told of the tokens."""
-        for event in self.builder.start() + self.builder.progress():
-            yield event
-        if self.turn.compacted is not None:
-            for event in self.builder.compaction(self.turn.compacted):
-                yield event
-        try:
-            async for batch in self._run(clock):
+        async with contextlib.aclosing(self.batches(clock)) as batches:
+            async for batch in batches:
                 for event in batch:
                     yield event
+
+    async def batches(self, clock: TokenClock | None = None) -> AsyncGenerator[list[Event], None]:
+        """The events as they are made, a batch at a time (an engine chunk's): a consumer that
+        stops between batches leaves no event numbered and unsent."""
+        yield self.builder.start() + self.builder.progress()
+        if self.turn.compacted is not None:
+            yield self.builder.compaction(self.turn.compacted)
+        try:
+            async for batch in self._run(clock):
+                yield batch
         except (EngineError, ClientError) as exc:
             log.warning("generation failed: %s", exc)
-            for event in self._failed(exc):
-                yield event
+            yield self._failed(exc)
         except Exception:  # the stream's boundary: whatever broke, the client gets response.failed
             log.exception("generation crashed")
-            for event in self._failed(EngineError("internal error during generation")):
-                yield event
+            yield self._failed(EngineError("internal error during generation"))
         finally:
             if self.toolbox is not None:
                 await self.toolbox.close()

@@ -96,12 +96,23 @@ class Writer:
         self._due: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
 
-    async def begin(self, new: NewResponse) -> None:
-        """Keep a response that starts now; return once it is kept."""
+    def begin(self, new: NewResponse) -> asyncio.Future[None]:
+        """Keep a response that starts now: the future is done once it is kept (the caller
+        goes on meanwhile, to open its engine)."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._begins.append((new, future))
         self._wake()
-        await future
+        return future
+
+    def withdraw(self, begun: asyncio.Future[None]) -> bool:
+        """Take back a first write that no transaction has taken yet (its future is cancelled);
+        False: it is being written, or was."""
+        for i, (_, future) in enumerate(self._begins):
+            if future is begun:
+                del self._begins[i]
+                future.cancel()
+                return True
+        return False
 
     def track(self, running: Running, begun: asyncio.Future[None], *, logged: bool) -> Kept:
         """Follow a response whose first write is `begun`; with `logged`, write its events as

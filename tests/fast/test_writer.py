@@ -12,7 +12,9 @@ from typing import Any
 import httpx
 from sqlalchemy import text
 
-from oars.errors import StoreUnavailable
+from oars.engines.base import Opened
+from oars.errors import ClientError, StoreUnavailable
+from oars.generation import EngineRequest
 from oars.http import create_app
 from oars.service import ResponsesService
 from oars.store import (
@@ -114,6 +116,82 @@ def test_a_failed_log_write_fails_the_runs_it_carried(store_url: str) -> None:
         after = await client.post("/responses", json={"input": "c", "stream": True})
         assert validate_sse(after.text).final["status"] == "completed"  # type: ignore[index]
 
+    asyncio.run(_serve(store, engine, test))
+
+
+class _Refusing(ScriptedEngine):
+    """An engine whose answer to `open` comes only once `landed` is set, if it is given, and
+    then is a refusal when `refuse` (as an upstream's 400)."""
+
+    def __init__(self, landed: asyncio.Event | None = None, *, refuse: bool = False) -> None:
+        super().__init__(WORDS[:3])
+        self.landed, self.refuse = landed, refuse
+
+    async def open(self, request: EngineRequest) -> Opened:
+        if self.landed is not None:
+            await asyncio.wait_for(self.landed.wait(), 5)
+        if self.refuse:
+            raise ClientError("the upstream refused it", param="input")
+        return await super().open(request)
+
+
+class _Landing(_Counted):
+    """Sets `landed` once a transaction carrying a new response has committed."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.landed = asyncio.Event()
+
+    async def write(self, writes: Writes) -> None:
+        await super().write(writes)
+        if writes.begun:
+            self.landed.set()
+
+
+async def _kept_ids(store: SqlStore) -> list[str]:
+    async with store.engine.connect() as conn:
+        return [row[0] for row in await conn.execute(text("SELECT id FROM responses"))]
+
+
+def test_the_first_write_overlaps_the_engines_answer(store_url: str) -> None:
+    """A stored response's first write runs while its engine is asked to open it (an upstream:
+    until its status line): an engine that answers only once the response is kept still
+    streams. Written one after the other, this waited forever."""
+    store = _Landing(store_url)
+    engine = _Refusing(store.landed)
+
+    async def test(client: httpx.AsyncClient) -> None:
+        body = {"input": "a", "stream": True}
+        report = validate_sse((await client.post("/responses", json=body)).text)
+        assert report.ok, report.text()
+        assert report.final is not None and report.final["status"] == "completed"
+        assert await _kept_ids(store) == [report.final["id"]]
+
+    asyncio.run(_serve(store, engine, test))
+
+
+def test_a_refused_response_is_not_kept(store_url: str) -> None:
+    """The engine refuses the response after its first write landed (a 400 from an upstream):
+    the client gets the 400, and what the write kept is deleted. Refused before any
+    transaction took it, it is never written."""
+    store = _Landing(store_url)
+
+    async def test(client: httpx.AsyncClient) -> None:
+        for body in ({"input": "a", "stream": True}, {"input": "b", "background": True}):
+            refused = await client.post("/responses", json=body)
+            assert refused.status_code == 400, refused.text
+            assert refused.json()["error"]["param"] == "input"
+            assert store.landed.is_set()
+            assert await _kept_ids(store) == []
+        store.writes.clear()
+        engine.landed = None  # refused at once: the write is withdrawn before it runs
+        refused = await client.post("/responses", json={"input": "c", "stream": True})
+        assert refused.status_code == 400
+        await asyncio.sleep(0.2)
+        assert not [w for w in store.writes if w.begun]
+        assert await _kept_ids(store) == []
+
+    engine = _Refusing(store.landed, refuse=True)
     asyncio.run(_serve(store, engine, test))
 
 
