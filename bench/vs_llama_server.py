@@ -54,6 +54,7 @@ from typing import Any
 
 import httpx
 
+from bench import passes
 from oars.weights import pull
 from tests.model.conftest import _free_port, _wait_ready
 
@@ -249,10 +250,20 @@ class Row:
     llama: float
     unit: str = ""
     digits: int = 3
+    ratios: list[float] = field(default_factory=list)  # rep by rep, where measured a rep
 
     @property
     def ratio(self) -> float:
         return self.oars / self.llama if self.llama else float("nan")
+
+    @classmethod
+    def of(
+        cls, measure: str, oars: list[float], llama: list[float], unit: str, digits: int = 3
+    ) -> Row:
+        """Medians of the reps, and each rep's ratio (the reps alternate the two servers, so
+        rep i of each ran side by side)."""
+        ratios = [a / b for a, b in zip(oars, llama, strict=True) if b]
+        return cls(measure, _median(oars), _median(llama), unit, digits, ratios)
 
 
 def _median(values: Iterator[float] | list[float]) -> float:
@@ -280,10 +291,10 @@ def _decode(servers: tuple[Server, Server], reps: int, tokens: int) -> list[Row]
 
     a, b = _alternate(servers, reps, run)
     return [
-        Row(
+        Row.of(
             f"decode tok/s, 1 stream, {tokens} tokens",
-            _median(s.decode_tps for s in a),
-            _median(s.decode_tps for s in b),
+            [s.decode_tps for s in a],
+            [s.decode_tps for s in b],
             "tok/s",
             1,
         )
@@ -300,16 +311,16 @@ def _ttft(servers: tuple[Server, Server], reps: int) -> list[Row]:
         Row(
             "prompt tokens, ~100-token prompt", a[0][0].prompt_tokens, b[0][0].prompt_tokens, "", 0
         ),
-        Row(
+        Row.of(
             "TTFT, cold ~100-token prompt",
-            _median(c.ttft for c, _ in a),
-            _median(c.ttft for c, _ in b),
+            [c.ttft for c, _ in a],
+            [c.ttft for c, _ in b],
             "s",
         ),
-        Row(
+        Row.of(
             "TTFT, the same prompt again (cached)",
-            _median(w.ttft for _, w in a),
-            _median(w.ttft for _, w in b),
+            [w.ttft for _, w in a],
+            [w.ttft for _, w in b],
             "s",
         ),
     ]
@@ -322,10 +333,10 @@ def _prefill(servers: tuple[Server, Server], reps: int) -> list[Row]:
     a, b = _alternate(servers, reps, run)
     return [
         Row("prompt tokens, 2,000-token prompt", a[0].prompt_tokens, b[0].prompt_tokens, "", 0),
-        Row(
+        Row.of(
             "TTFT, fresh 2,000-token prompt (prefill)",
-            _median(s.ttft for s in a),
-            _median(s.ttft for s in b),
+            [s.ttft for s in a],
+            [s.ttft for s in b],
             "s",
         ),
     ]
@@ -344,24 +355,24 @@ def _scaling(servers: tuple[Server, Server], reps: int, tokens: int) -> list[Row
 
     a, b = _alternate(servers, reps, run)
     return [
-        Row(
+        Row.of(
             f"aggregate tok/s, 1 stream, {tokens} tokens (wall)",
-            _median(x for x, _ in a),
-            _median(x for x, _ in b),
+            [x for x, _ in a],
+            [x for x, _ in b],
             "tok/s",
             1,
         ),
-        Row(
+        Row.of(
             f"aggregate tok/s, 4 concurrent streams, {tokens} tokens each",
-            _median(y for _, y in a),
-            _median(y for _, y in b),
+            [y for _, y in a],
+            [y for _, y in b],
             "tok/s",
             1,
         ),
-        Row(
+        Row.of(
             "**scaling, 4 streams / 1 stream** (oars target: 2.5)",
-            _median(y / x for x, y in a),
-            _median(y / x for x, y in b),
+            [y / x for x, y in a],
+            [y / x for x, y in b],
             "×",
             2,
         ),
@@ -387,10 +398,10 @@ def _sixteen(servers: tuple[Server, Server], reps: int, tokens: int) -> list[Row
             "",
             0,
         ),
-        Row(
+        Row.of(
             "16 streams: max TTFT",
-            _median(max(s.ttft for s in r) for r in a),
-            _median(max(s.ttft for s in r) for r in b),
+            [max(s.ttft for s in r) for r in a],
+            [max(s.ttft for s in r) for r in b],
             "s",
         ),
         Row(
@@ -400,10 +411,10 @@ def _sixteen(servers: tuple[Server, Server], reps: int, tokens: int) -> list[Row
             "",
             0,
         ),
-        Row(
+        Row.of(
             "16 streams: aggregate tok/s",
-            _median(_aggregate(r) for r in a),
-            _median(_aggregate(r) for r in b),
+            [_aggregate(r) for r in a],
+            [_aggregate(r) for r in b],
             "tok/s",
             1,
         ),
@@ -449,9 +460,7 @@ def _agent(servers: tuple[Server, Server], reps: int) -> list[Row]:
             "",
             0,
         ),
-        Row(
-            "agent turn N: TTFT", _median(n.ttft for _, n in a), _median(n.ttft for _, n in b), "s"
-        ),
+        Row.of("agent turn N: TTFT", [n.ttft for _, n in a], [n.ttft for _, n in b], "s"),
     ]
 
 
@@ -467,10 +476,10 @@ def _codex(servers: tuple[Server, Server], reps: int) -> list[Row]:
     a, b = _alternate(servers, reps, run)
     return [
         Row("Codex session: prompt tokens", a[0][1].prompt_tokens, b[0][1].prompt_tokens, "", 0),
-        Row(
+        Row.of(
             "Codex session: TTFT, first send (cold)",
-            _median(c.ttft for c, _ in a),
-            _median(c.ttft for c, _ in b),
+            [c.ttft for c, _ in a],
+            [c.ttft for c, _ in b],
             "s",
         ),
         Row(
@@ -480,10 +489,10 @@ def _codex(servers: tuple[Server, Server], reps: int) -> list[Row]:
             "",
             0,
         ),
-        Row(
+        Row.of(
             "**Codex session: TTFT after a server restart**",
-            _median(n.ttft for _, n in a),
-            _median(n.ttft for _, n in b),
+            [n.ttft for _, n in a],
+            [n.ttft for _, n in b],
             "s",
         ),
     ]
@@ -491,6 +500,11 @@ def _codex(servers: tuple[Server, Server], reps: int) -> list[Row]:
 
 def _servers(args: argparse.Namespace, model: Path, home: Path) -> tuple[Server, Server]:
     threads = str(args.threads)
+    # --account: oars logs each pass, llama-server when each decode starts and ends, and
+    # llama.cpp the sequences of each ubatch (bench/passes.py)
+    debug = {"LLAMA_KV_CACHE_DEBUG": "1"} if args.account else {}
+    oars_log = ["--log-level", "debug"] if args.account else ["--log-level", "warning"]
+    llama_log = ["-v", "--log-timestamps"] if args.account else []
 
     def oars(port: int) -> list[str]:
         return [
@@ -506,8 +520,7 @@ def _servers(args: argparse.Namespace, model: Path, home: Path) -> tuple[Server,
             threads,
             "--ctx",
             str(args.ctx),
-            "--log-level",
-            "warning",
+            *oars_log,
             *shlex.split(args.oars_args),
         ]
 
@@ -526,6 +539,7 @@ def _servers(args: argparse.Namespace, model: Path, home: Path) -> tuple[Server,
             str(args.parallel),
             "-c",
             str(args.ctx * args.parallel),
+            *llama_log,
             *shlex.split(args.llama_args),
         ]
 
@@ -537,7 +551,7 @@ def _servers(args: argparse.Namespace, model: Path, home: Path) -> tuple[Server,
             _oars_body,
             _oars_event,
             home / "oars.log",
-            env={**os.environ, "OARS_HOME": str(home)},
+            env={**os.environ, "OARS_HOME": str(home), **dict(args.oars_env)},
         ),
         Server(
             "llama-server",
@@ -546,8 +560,46 @@ def _servers(args: argparse.Namespace, model: Path, home: Path) -> tuple[Server,
             _llama_body,
             _llama_event,
             home / "llama-server.log",
+            env={**os.environ, **debug},
         ),
     )
+
+
+def _account(args: argparse.Namespace, servers: tuple[Server, Server]) -> str:
+    """Each load `--reps` times on each server (alternating which goes first), its passes read
+    back from the server's log, all reps' passes together."""
+    loads = [(1, args.tokens), (4, args.tokens), (16, args.tokens16)]
+    out = []
+    for streams, tokens in loads:
+
+        def run(server: Server, rep: int, streams: int = streams, tokens: int = tokens) -> Any:
+            start = server.log.stat().st_size
+            began = time.perf_counter()
+            done = server.many(_counting(f"account {rep} {streams}", streams), tokens)
+            wall = time.perf_counter() - began
+            with open(server.log, encoding="utf-8", errors="replace") as log:
+                log.seek(start)
+                text = log.read()
+            read = passes.oars_passes if server.name == "oars" else passes.llama_passes
+            return wall, sum(s.output_tokens for s in done), read(text)
+
+        found = {}
+        for server, reps in zip(servers, _alternate(servers, args.reps, run), strict=True):
+            found[server.name] = {
+                "wall s (debug logs on), all reps": sum(wall for wall, _, _ in reps),
+                "output tokens, all reps": sum(n for _, n, _ in reps),
+                **passes.summary([p for _, _, run_passes in reps for p in run_passes]),
+            }
+        out += [
+            f"\n{streams} stream(s) of {tokens} tokens, {args.reps} reps\n",
+            "| | oars | llama-server |",
+            "|---|---|---|",
+        ]
+        names = dict.fromkeys(k for s in found.values() for k in s)
+        for name in names:
+            a, b = (found[s.name].get(name, float("nan")) for s in servers)
+            out.append(f"| {name} | {a:,.2f} | {b:,.2f} |")
+    return "\n".join(out)
 
 
 def _measure(args: argparse.Namespace, servers: tuple[Server, Server]) -> list[Row]:
@@ -579,14 +631,15 @@ def _table(rows: list[Row], args: argparse.Namespace) -> str:
         f"{args.threads} threads, median of {args.reps} alternating reps "
         f"(Codex session: {args.codex_reps})",
         "",
-        "| measure | oars | llama-server | oars / llama-server |",
-        "|---|---|---|---|",
+        "| measure | oars | llama-server | oars / llama-server | rep by rep |",
+        "|---|---|---|---|---|",
     ]
     for row in rows:
         unit = f" {row.unit}" if row.unit else ""
+        spread = f"{min(row.ratios):.2f}-{max(row.ratios):.2f}" if len(row.ratios) > 1 else ""
         lines.append(
             f"| {row.measure} | {row.oars:,.{row.digits}f}{unit} | "
-            f"{row.llama:,.{row.digits}f}{unit} | {row.ratio:.2f} |"
+            f"{row.llama:,.{row.digits}f}{unit} | {row.ratio:.2f} | {spread} |"
         )
     return "\n".join(lines)
 
@@ -607,6 +660,14 @@ def main() -> None:
     )
     parser.add_argument("--llama-args", default="", help="extra llama-server flags")
     parser.add_argument(
+        "--oars-env",
+        action="append",
+        default=[],
+        type=lambda kv: tuple(kv.split("=", 1)),
+        metavar="NAME=VALUE",
+        help="an environment variable for oars only (repeatable), e.g. OMP_WAIT_POLICY=passive",
+    )
+    parser.add_argument(
         "--only",
         default="",
         help="some steps, e.g. decode,ttft (of decode, "
@@ -615,6 +676,12 @@ def main() -> None:
     parser.add_argument("--llama-server", type=Path, default=LLAMA_SERVER)
     parser.add_argument("--model", type=Path, default=None, help="a GGUF (default: oars's own)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument(
+        "--account",
+        action="store_true",
+        help="instead: 1, 4 and 16 streams once on each server, with debug logs, and what "
+        "their passes were (bench/passes.py)",
+    )
     args = parser.parse_args()
     if not args.llama_server.exists():
         sys.exit(f"{args.llama_server} is missing: run `make llama-server` first")
@@ -624,6 +691,9 @@ def main() -> None:
         try:
             for server in servers:
                 server.start()
+            if args.account:
+                print(_account(args, servers))
+                return
             rows = _measure(args, servers)
         finally:
             for server in servers:

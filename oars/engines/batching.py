@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future
@@ -32,6 +33,7 @@ from oars.engines.prefix_store import PrefixStore, common_prefix
 from oars.errors import EngineError, RateLimited
 
 log = logging.getLogger("oars.engine")
+passes = logging.getLogger("oars.engine.passes")  # a line a forward pass, at debug level
 
 
 class Place:
@@ -136,6 +138,11 @@ class Slot:
     used: int = 0  # the step it was last given, for least-recently-used choice
 
 
+def _runs(seqs: set[int]) -> int:
+    """Runs of consecutive numbers in `seqs`: the graphs a pass of those sequences takes."""
+    return sum(1 for seq in seqs if seq - 1 not in seqs)
+
+
 class Batcher:
     """Schedules works onto the context's slots; `run()` is its thread."""
 
@@ -160,6 +167,7 @@ class Batcher:
         self._admitted: list[Slot] = []  # running slots, oldest first (prefill goes in order)
         self._clock = 0
         self._prompt_turn = True
+        self._last_pass_end = time.perf_counter()
 
     # ---- what other threads see -----------------------------------------------------
 
@@ -200,6 +208,7 @@ class Batcher:
             return
         overlapped = self._start_overlap(owners, feeds)
         self._flush()  # the loops run while the model computes
+        began = time.perf_counter()
         try:
             self.context.decode(feeds)
         except EngineError as exc:
@@ -209,6 +218,7 @@ class Batcher:
         finally:
             for done in overlapped:
                 done.result()
+            self._account(feeds, began)
         row = 0
         for feed, slot in zip(feeds, owners, strict=True):
             slot.tokens.extend(feed.tokens)
@@ -219,37 +229,56 @@ class Batcher:
             row += 1
             if slot.work is None:  # failed while overlapping
                 continue
-            if len(slot.tokens) == len(slot.work.prompt):
-                self._keep_prefix(slot)
+            prompt_done = len(slot.tokens) == len(slot.work.prompt)
             try:
                 token = slot.work.step(logits)
             except Exception as exc:
                 log.exception("sampling failed")
                 self._fail(slot, EngineError(f"generation failed: {exc}"))
                 continue
+            if prompt_done:
+                self._keep_prefix(slot)
             if token is None:
                 self._release(slot)
             else:
                 slot.pending = token
 
+    def _account(self, feeds: list[Feed], began: float) -> None:
+        """One debug line a pass (`bench.vs_llama_server --account` reads them): what it fed
+        (sequence:start+tokens), how long it took and how long since the last pass ended."""
+        ended = time.perf_counter()
+        if passes.isEnabledFor(logging.DEBUG):
+            passes.debug(
+                "pass feeds=%s ms=%.2f gap_ms=%.2f",
+                ",".join(f"{f.seq}:{f.start}+{len(f.tokens)}" for f in feeds),
+                (ended - began) * 1000,
+                (began - self._last_pass_end) * 1000,
+            )
+        self._last_pass_end = ended
+
     def _plan(self) -> tuple[list[Feed], list[Slot]]:
-        """This step's batch: the last token of every running sequence, or a chunk of the
-        oldest waiting prompt (in turn when there are both, so a long prompt pauses running
-        streams for one chunk at a time).
+        """This step's batch: the last token of every running sequence, in sequence order, or
+        a chunk of the oldest waiting prompt. The two take turns, so a long prompt pauses
+        running streams one chunk at a time; but streams that have only their first token may
+        wait for the prompts that end in their next chunk, so that requests arriving together
+        decode together (fewer, fuller passes, as llama-server gets by evaluating their prompts
+        in one call).
+
+        llama.cpp computes a pass as one graph per run of consecutive sequences (with one
+        memory per sequence), and a graph's cost is mostly fixed on the CPU: hence the order.
 
         A prompt is always cut at the same places (every `prefill_chunk` tokens from where its
-        cache ends) and its chunks go through the model alone. Then a sequence's logits do
-        not depend on the rest of the batch (measured bit for bit on the CPU with llama.cpp's
-        flash attention: rows of single tokens do not change each other, while a chunk beside
-        other rows can), so a request's text does not depend on the load."""
-        feeds, tokens, prompts = [], [], []
+        cache ends) and its chunks go through the model alone. Then a sequence's logits do not
+        depend on the rest of the batch: llama.cpp multiplies a K-quant matrix by 8 rows or
+        more with another kernel than by fewer, so a chunk's tokens must meet the weights in
+        the same company whatever runs beside them (a prompt's tail fed beside token rows
+        moved its logits by up to 0.4), and token rows stay below 8 at the default 4
+        sequences. So a request's text does not depend on the load."""
+        tokens: list[Slot] = []
+        prompts: list[Slot] = []
         for slot in self._admitted:
-            if slot.pending is None:
-                prompts.append(slot)
-            else:
-                feeds.append(Feed(slot.seq, (slot.pending,), len(slot.tokens), True))
-                tokens.append(slot)
-        if prompts and (not tokens or self._prompt_turn):
+            (prompts if slot.pending is None else tokens).append(slot)
+        if prompts and (not tokens or self._prompt_turn or self._may_wait(tokens, prompts[0])):
             self._prompt_turn = False
             slot = prompts[0]
             assert slot.work is not None
@@ -257,7 +286,18 @@ class Batcher:
             chunk = prompt[done : done + self.prefill_chunk]
             return [Feed(slot.seq, chunk, done, done + len(chunk) == len(prompt))], [slot]
         self._prompt_turn = True
+        tokens.sort(key=lambda slot: slot.seq)
+        feeds = [
+            Feed(s.seq, (s.pending,), len(s.tokens), True) for s in tokens if s.pending is not None
+        ]
         return feeds, tokens
+
+    def _may_wait(self, tokens: list[Slot], prompt: Slot) -> bool:
+        """Every running stream has only its first token (sent already), and the prompt ends
+        in its next chunk."""
+        assert prompt.work is not None
+        fresh = all(s.work is not None and len(s.tokens) == len(s.work.prompt) for s in tokens)
+        return fresh and len(prompt.work.prompt) - len(prompt.tokens) <= self.prefill_chunk
 
     def _start_overlap(self, owners: list[Slot], feeds: list[Feed]) -> list[Future[object]]:
         if self._overlap is None:
@@ -284,11 +324,16 @@ class Batcher:
             self._place(work, free)
 
     def _place(self, work: Work, free: list[Slot]) -> None:
-        """Put a work on the free slot whose tokens share the longest prefix with its prompt
-        (least recently used among equals), or on a prefix kept on disk if that is longer."""
+        """Put a work on the free slot whose tokens share the longest prefix with its prompt,
+        or on a prefix kept on disk if that is longer. Among equals, the slot next to running
+        sequences (llama.cpp runs a pass as one graph per run of consecutive sequences: two
+        streams on sequences 0 and 2 took 15 % longer a pass than on 0 and 1), then the least
+        recently used."""
         prompt = work.prompt
         shared = [common_prefix(s.tokens, prompt) if work.reuse else 0 for s in free]
-        best = max(range(len(free)), key=lambda i: (shared[i], -free[i].used))
+        running = {slot.seq for slot in self._admitted}
+        runs = [_runs(running | {slot.seq}) for slot in free]
+        best = max(range(len(free)), key=lambda i: (shared[i], -runs[i], -free[i].used))
         slot, cached = free[best], shared[best]
         if work.reuse and self.prefix_store is not None:
             cached = self._from_disk(slot, prompt, cached)
@@ -322,6 +367,7 @@ class Batcher:
         """A prompt just fully evaluated: keep it on disk if it is long and new."""
         store = self.prefix_store
         if store is not None and store.wants(slot.tokens):
+            self._flush()  # its first token goes out while the memory is copied
             store.put(tuple(slot.tokens), self.context.save(slot.seq))
 
     def _drop_cancelled(self) -> None:

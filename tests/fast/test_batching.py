@@ -152,6 +152,37 @@ def test_each_sequence_gets_what_it_gets_alone_and_is_cut_at_the_same_places() -
     assert max(len(p) for p in context.passes) == 4
 
 
+def test_requests_arriving_together_decode_together_in_sequence_order() -> None:
+    """Four prompts that each fit a chunk: their chunks first, each alone, then one pass of
+    the four tokens, whatever slots they took; a token row waits no longer than that."""
+    context = FakeContext(4)
+    batcher = Batcher(context, 4, prefill_chunk=32)
+    works = [FakeWork(prompt(i, n), length=6) for i, n in enumerate((20, 18, 25, 30))]
+    for work in reversed(works):
+        submit(batcher, work)
+    for _ in range(5):
+        batcher.step()
+    shapes = [[(f.seq, len(f.tokens)) for f in p] for p in context.passes]
+    assert shapes[:4] == [[(0, 30)], [(1, 25)], [(2, 18)], [(3, 20)]]
+    assert shapes[4] == [(0, 1), (1, 1), (2, 1), (3, 1)]
+    run(batcher, works)
+    for work in works:
+        assert work.output == alone(FakeWork(work.prompt, length=6))[0]
+
+
+def test_a_prompt_of_several_chunks_does_not_hold_back_first_tokens() -> None:
+    context = FakeContext(2)
+    batcher = Batcher(context, 2, prefill_chunk=16)
+    works = [FakeWork(prompt(1, 10), length=4), FakeWork(prompt(2, 40), length=4)]
+    for work in works:
+        submit(batcher, work)
+    for _ in range(4):
+        batcher.step()
+    kinds = [[(f.seq, len(f.tokens)) for f in p] for p in context.passes]
+    # the short prompt, then its stream's tokens and the long prompt's chunks in turn
+    assert kinds == [[(0, 10)], [(0, 1)], [(1, 16)], [(0, 1)]]
+
+
 def test_a_long_prompt_pauses_running_streams_one_chunk_at_a_time() -> None:
     context = FakeContext(2)
     batcher = Batcher(context, 2, prefill_chunk=16)
@@ -184,6 +215,29 @@ def test_a_request_goes_to_the_slot_holding_its_prefix_and_cached_is_exact() -> 
     assert context.fed(seq_of_first)[-1] == (40, 12)  # only the new part is evaluated
     run(batcher, [again])
     assert again.output == alone(FakeWork(again.prompt, reuse=False))[0]
+
+
+def test_a_new_request_takes_the_free_slot_next_to_the_running_ones() -> None:
+    """Sequences 1 and 3 free, 0 and 2 running: the new one goes to 1, though 3 was used
+    longer ago, so a pass runs its three sequences as one graph (0-2), not two (0, 2-3)."""
+    context = FakeContext(4)
+    batcher = Batcher(context, 4)
+    works = [FakeWork(prompt(10 + i, 8), length=3 if i % 2 else 30) for i in range(4)]
+    for work in works:
+        submit(batcher, work)
+    while not (works[1].done and works[3].done):
+        batcher.step()
+    assert sorted(s.seq for s in batcher.slots if s.work is not None) == [0, 2]
+    for tail in range(2):  # the first token of the free slots' prompts decides nothing
+        assert not common_prefix(batcher.slots[2 * tail + 1].tokens, prompt(21, 8))
+    batcher.slots[1].used, batcher.slots[3].used = batcher.slots[3].used + 1, 0
+    newcomer = FakeWork(prompt(21, 8), length=3)
+    submit(batcher, newcomer)
+    batcher.step()
+    assert [s.seq for s in batcher.slots if s.work is newcomer] == [1]
+    batcher.step()  # after its prompt, a pass of the three tokens
+    assert [f.seq for f in context.passes[-1]] == [0, 1, 2]
+    run(batcher, [*works, newcomer])
 
 
 def test_an_identical_prompt_still_feeds_its_last_token() -> None:
@@ -277,6 +331,29 @@ def test_long_prompts_are_kept_on_disk_and_start_a_new_process(tmp_path: Path) -
     assert context.loads == 1 and second.cached == 300
     assert context.fed(0) == [(300, 25)]
     assert second.output == alone(FakeWork(second.prompt, reuse=False))[0]
+
+
+def test_a_kept_prompt_s_first_token_goes_out_before_its_memory_is_copied(
+    tmp_path: Path,
+) -> None:
+    timeline: list[str] = []
+
+    class Saving(FakeContext):
+        def save(self, seq: int) -> bytes:
+            timeline.append("save")
+            return super().save(seq)
+
+    class Emitting(FakeWork):
+        def step(self, logits: np.ndarray) -> int | None:
+            timeline.append("emit")
+            return super().step(logits)
+
+    store = PrefixStore(tmp_path, "m", max_bytes=10**6, min_tokens=100)
+    batcher = Batcher(Saving(1), 1, prefix_store=store, flush=lambda: timeline.append("flush"))
+    run(batcher, [Emitting(prompt(19, 150), length=2)])
+    store.flush()
+    assert len(store) == 1
+    assert timeline[timeline.index("save") - 2 :][:3] == ["emit", "flush", "save"]
 
 
 def test_the_disk_is_used_only_when_it_beats_a_slot(tmp_path: Path) -> None:
@@ -446,9 +523,9 @@ def test_what_a_step_emits_goes_out_just_before_the_next_pass_or_when_the_batche
     batcher = Batcher(Recording(2), 2, flush=lambda: timeline.append("flush"))
     works: list[FakeWork] = [Emitting(prompt(40, 6), length=3), Emitting(prompt(41, 6), length=3)]
     run(batcher, works)
-    # prompt A; A's token; prompt B (prompts and tokens take turns); A's and B's tokens; B's
+    # prompt A, prompt B (A's stream has only its first token), then A's and B's tokens twice
     assert " ".join(timeline) == (
-        "flush pass emit  flush pass emit  flush pass emit  flush pass emit emit  flush pass emit"
+        "flush pass emit  flush pass emit  flush pass emit emit  flush pass emit emit"
     ).replace("  ", " ")
     thread = threading.Thread(target=batcher.run, daemon=True)
     thread.start()  # nothing to do: it sends what is left and waits
