@@ -2,6 +2,7 @@
 
     make llama-server     # once: build/llama-server/bin/llama-server
     .venv/bin/python -m bench.vs_llama_server [--reps 3] [--oars-args "--parallel 4"] [--json]
+    .venv/bin/python -m bench.vs_llama_server --account [--reps 2]   # what each pass was
 
 The reference is built by `make llama-server` from the llama.cpp vendored in the sdist of the
 installed llama-cpp-python, so both servers run the same ggml kernels. pip built that wheel here
@@ -30,6 +31,14 @@ is asked `POST /v1/responses` (`instructions` + input messages), llama-server `P
    keeps its OARS_HOME (a temporary folder kept for the run); llama-server keeps nothing on disk.
    An 8,000-token prefill takes over a minute on 2 cores, so this one runs `--codex-reps` (1).
 
+Each row also gives the range of the reps' own ratios (rep i of oars against rep i of
+llama-server, which ran next to each other).
+
+`--account` measures none of that: it runs 1, 4 and 16 streams on each server with debug logs and
+reads back from them what every forward pass was (`bench/passes.py`): how many passes, how many
+graphs (ubatches) each, the KV cells each attended over, the pass times and the time between.
+The logs slow both servers, so its wall times are not the table's.
+
 On 2 cores the defaults take about 12 minutes. Another busy process ruins every number: llama.cpp's
 threads wait for each other at every step, so one descheduled thread stalls them all.
 """
@@ -38,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import random
@@ -110,6 +120,19 @@ class Stream:
     cached_tokens: int = 0
     output_tokens: int = 0
     text: str = ""
+    arrivals: list[float] = field(default_factory=list)  # of each text delta
+
+    def add(self, text: str, now: float) -> None:
+        self.first = self.first or now
+        self.last = now
+        self.text += text
+        self.arrivals.append(now)
+
+    @property
+    def between_ms(self) -> float:
+        """The median time between two text deltas (one a token on both servers)."""
+        gaps = [b - a for a, b in itertools.pairwise(self.arrivals)]
+        return statistics.median(gaps) * 1000 if gaps else float("nan")
 
     @property
     def ttft(self) -> float:
@@ -134,9 +157,7 @@ def _oars_body(chat: Chat, max_tokens: int) -> dict[str, Any]:
 
 def _oars_event(event: dict[str, Any], stream: Stream, now: float) -> None:
     if event["type"] == "response.output_text.delta":
-        stream.first = stream.first or now
-        stream.last = now
-        stream.text += event["delta"]
+        stream.add(event["delta"], now)
     elif event["type"] in ("response.completed", "response.incomplete"):
         usage = event["response"]["usage"]
         stream.prompt_tokens, stream.output_tokens = usage["input_tokens"], usage["output_tokens"]
@@ -156,9 +177,7 @@ def _llama_body(chat: Chat, max_tokens: int) -> dict[str, Any]:
 def _llama_event(event: dict[str, Any], stream: Stream, now: float) -> None:
     text = "".join((c.get("delta") or {}).get("content") or "" for c in event.get("choices", []))
     if text:
-        stream.first = stream.first or now
-        stream.last = now
-        stream.text += text
+        stream.add(text, now)
     if event.get("usage"):
         stream.prompt_tokens = event["usage"]["prompt_tokens"]
         stream.output_tokens = event["usage"]["completion_tokens"]
@@ -349,9 +368,9 @@ def _aggregate(streams: list[Stream]) -> float:
 
 
 def _scaling(servers: tuple[Server, Server], reps: int, tokens: int) -> list[Row]:
-    def run(server: Server, rep: int) -> tuple[float, float]:
+    def run(server: Server, rep: int) -> tuple[float, list[Stream]]:
         single = _aggregate(server.many(_counting(f"one {rep}", 1), tokens))
-        return single, _aggregate(server.many(_counting(f"four {rep}", 4), tokens))
+        return single, server.many(_counting(f"four {rep}", 4), tokens)
 
     a, b = _alternate(servers, reps, run)
     return [
@@ -364,17 +383,30 @@ def _scaling(servers: tuple[Server, Server], reps: int, tokens: int) -> list[Row
         ),
         Row.of(
             f"aggregate tok/s, 4 concurrent streams, {tokens} tokens each",
-            [y for _, y in a],
-            [y for _, y in b],
+            [_aggregate(y) for _, y in a],
+            [_aggregate(y) for _, y in b],
             "tok/s",
             1,
         ),
         Row.of(
-            "**scaling, 4 streams / 1 stream** (oars target: 2.5)",
-            [y / x for x, y in a],
-            [y / x for x, y in b],
+            "**scaling, 4 streams / 1 stream**",
+            [_aggregate(y) / x for x, y in a],
+            [_aggregate(y) / x for x, y in b],
             "×",
             2,
+        ),
+        Row.of(
+            "4 streams: slowest first token",
+            [max(s.ttft for s in y) for _, y in a],
+            [max(s.ttft for s in y) for _, y in b],
+            "s",
+        ),
+        Row.of(
+            "4 streams: time between two tokens of a stream (median)",
+            [statistics.median(s.between_ms for s in y) for _, y in a],
+            [statistics.median(s.between_ms for s in y) for _, y in b],
+            "ms",
+            1,
         ),
     ]
 

@@ -1,0 +1,141 @@
+"""What a pass of token rows costs by which sequences it feeds, in what order, raw llama.cpp.
+
+    .venv/bin/python -m bench.graphs [--reps 5] [--threads 2]
+
+One context as `oars serve` makes it (one memory per sequence, no flash attention), 8 sequences
+of 200 prompt tokens; each measure is the median of 15 passes of one token a sequence (each
+token dropped again after its pass), and the reps alternate the measures' order. llama.cpp
+computes a pass as one graph per run of consecutive sequences in increasing order, so:
+
+- `0`, `0,1`, `0,1,2`, `0-3`, `0-7`: rows in order, one graph each;
+- `1,0,3,2` and `3,2,1,0`: the same four rows out of order (three and four graphs);
+- `0,1,3` and `0,2`: a gap (two graphs).
+
+Then the batch independence of a sequence's logits (the largest difference from its lone pass):
+token rows of 7 sequences and of 8 (llama.cpp multiplies its K-quant weights by 8 rows or more
+with another kernel), and a prompt's last 5 tokens fed beside 3 token rows rather than in its
+own pass (what the batcher does not do).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+
+from bench.passes import split
+from oars.engines.batching import Feed
+from oars.engines.llama import LlamaContext, LlamaLog
+from oars.weights import pull
+
+PROMPT, PASSES = 200, 15
+SETS = {
+    "0": [0],
+    "0,1": [0, 1],
+    "0,1,2": [0, 1, 2],
+    "0-3": [0, 1, 2, 3],
+    "1,0,3,2": [1, 0, 3, 2],
+    "3,2,1,0": [3, 2, 1, 0],
+    "0,1,3": [0, 1, 3],
+    "0,2": [0, 2],
+    "0-7": list(range(8)),
+}
+
+
+def _context(llama_cpp: Any, threads: int) -> LlamaContext:
+    params = llama_cpp.llama_model_default_params()
+    params.use_extra_bufts = False  # as oars loads it
+    model = llama_cpp.llama_model_load_from_file(str(pull()).encode(), params)
+    vocab = llama_cpp.llama_model_get_vocab(model)
+    return LlamaContext(
+        llama_cpp,
+        model,
+        n_seq=8,
+        n_ctx_seq=1024,
+        n_batch=512,
+        n_threads=threads,
+        n_vocab=llama_cpp.llama_vocab_n_tokens(vocab),
+        flash_attn=False,
+    )
+
+
+def _pass_ms(context: LlamaContext, seqs: list[int]) -> float:
+    times = []
+    for i in range(PASSES):
+        feeds = [Feed(s, (100 + i,), PROMPT, True) for s in seqs]
+        began = time.perf_counter()
+        context.decode(feeds)
+        times.append(time.perf_counter() - began)
+        for s in seqs:
+            context.forget(s, PROMPT)
+    return statistics.median(times) * 1000
+
+
+def _rows_difference(context: LlamaContext, n: int) -> float:
+    alone = []
+    for s in range(n):
+        context.decode([Feed(s, (100 + s,), PROMPT, True)])
+        alone.append(context.logits(0).copy())
+        context.forget(s, PROMPT)
+    context.decode([Feed(s, (100 + s,), PROMPT, True) for s in range(n)])
+    together = [context.logits(s).copy() for s in range(n)]
+    for s in range(n):
+        context.forget(s, PROMPT)
+    return max(float(np.abs(a - b).max()) for a, b in zip(alone, together, strict=True))
+
+
+def _tail_difference(context: LlamaContext, rng: np.random.Generator) -> float:
+    """A 40-token prompt on sequence 3: whole in one pass, against its first 35 tokens in one
+    pass and its last 5 beside the token rows of sequences 0-2."""
+    prompt = [int(t) for t in rng.integers(1000, 30000, 40)]
+    context.forget(3, 0)
+    context.decode([Feed(3, prompt, 0, True)])
+    alone = context.logits(0).copy()
+    context.forget(3, 0)
+    context.decode([Feed(3, prompt[:35], 0, False)])
+    rows = [Feed(s, (100 + s,), PROMPT, False) for s in range(3)]
+    context.decode([*rows, Feed(3, prompt[35:], 35, True)])
+    beside = context.logits(0).copy()
+    for s in range(4):
+        context.forget(s, PROMPT)
+    return float(np.abs(alone - beside).max())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    args = parser.parse_args()
+    import llama_cpp
+
+    LlamaLog.install(llama_cpp)
+    context = _context(llama_cpp, args.threads)
+    rng = np.random.default_rng(7)
+    for seq in range(8):
+        context.decode([Feed(seq, [int(t) for t in rng.integers(1000, 30000, PROMPT)], 0, False)])
+    times: dict[str, list[float]] = {name: [] for name in SETS}
+    for rep in range(args.reps):
+        for name in SETS if rep % 2 == 0 else reversed(SETS):
+            times[name].append(_pass_ms(context, SETS[name]))
+    print(f"{args.reps} reps of {PASSES} passes, {args.threads} threads; medians\n")
+    print("| sequences fed, in order | graphs | pass ms | reps' range ms |\n|---|---|---|---|")
+    for name, seqs in SETS.items():
+        graphs = len(split([(seq, PROMPT, 1) for seq in seqs]))
+        low, high = min(times[name]), max(times[name])
+        print(
+            f"| {name} | {graphs} | {statistics.median(times[name]):.1f} | {low:.1f}-{high:.1f} |"
+        )
+    print("\n| largest logit difference from a sequence's lone pass | |\n|---|---|")
+    print(f"| token rows of 7 sequences in one pass | {_rows_difference(context, 7):.3g} |")
+    print(f"| token rows of 8 sequences in one pass | {_rows_difference(context, 8):.3g} |")
+    print(
+        f"| a prompt's last 5 tokens beside 3 token rows | {_tail_difference(context, rng):.3g} |"
+    )
+
+
+if __name__ == "__main__":
+    main()
