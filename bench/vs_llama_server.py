@@ -32,7 +32,9 @@ is asked `POST /v1/responses` (`instructions` + input messages), llama-server `P
    An 8,000-token prefill takes over a minute on 2 cores, so this one runs `--codex-reps` (1).
 
 Each row also gives the range of the reps' own ratios (rep i of oars against rep i of
-llama-server, which ran next to each other).
+llama-server, which ran next to each other). `--llama-args` given twice or more starts a
+llama-server for each (e.g. with and without `--no-repack`), and every rep rotates through all
+the servers; each measure then has a row against each of them.
 
 `--account` measures none of that: it runs 1, 4 and 16 streams on each server with debug logs and
 reads back from them what every forward pass was (`bench/passes.py`): how many passes, how many
@@ -47,6 +49,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import functools
 import itertools
 import json
 import os
@@ -247,6 +251,9 @@ class Server:
         return self.many([chat], max_tokens)[0]
 
 
+Servers = tuple[Server, ...]  # oars first, then the llama-servers it is measured against
+
+
 def _filler(rng: random.Random, num_tokens: int) -> str:
     """Lines of random words, about `num_tokens` tokens: each word is one token of the default
     model's tokenizer, a line 14 (the servers report the exact counts)."""
@@ -270,6 +277,7 @@ class Row:
     unit: str = ""
     digits: int = 3
     ratios: list[float] = field(default_factory=list)  # rep by rep, where measured a rep
+    against: str = "llama-server"
 
     @property
     def ratio(self) -> float:
@@ -289,76 +297,111 @@ def _median(values: Iterator[float] | list[float]) -> float:
     return statistics.median(list(values))
 
 
-def _alternate(
-    servers: tuple[Server, Server], reps: int, run: Callable[[Server, int], Any]
-) -> tuple[list[Any], list[Any]]:
-    """`run(server, rep)` for each rep on both servers, the first one first on even reps."""
-    out: dict[str, list[Any]] = {s.name: [] for s in servers}
+def _alternate(servers: Servers, reps: int, run: Callable[[Server, int], Any]) -> list[list[Any]]:
+    """`run(server, rep)` for each rep on every server, a list of results a server; the order
+    rotates rep by rep, so each server goes first as often as the others."""
+    out: list[list[Any]] = [[] for _ in servers]
     for rep in range(reps):
-        for server in servers if rep % 2 == 0 else servers[::-1]:
-            out[server.name].append(run(server, rep))
-    return out[servers[0].name], out[servers[1].name]
+        for i in range(len(servers)):
+            k = (i + rep) % len(servers)
+            out[k].append(run(servers[k], rep))
+    return out
+
+
+@dataclass
+class Step:
+    """One measure: what a rep runs on a server, and the rows from oars's results (first) and
+    one reference's."""
+
+    name: str
+    run: Callable[[Server, int], Any]
+    rows: Callable[[list[Any], list[Any]], list[Row]]
+    reps: int
+
+    def measure(self, servers: Servers) -> list[Row]:
+        results = _alternate(servers, self.reps, self.run)
+        return [
+            dataclasses.replace(row, against=reference.name)
+            for reference, theirs in zip(servers[1:], results[1:], strict=True)
+            for row in self.rows(results[0], theirs)
+        ]
 
 
 def _counting(seed: str, num_chats: int) -> list[Chat]:
     return [_chat(f"{seed} {i}", 20, COUNT) for i in range(num_chats)]
 
 
-def _decode(servers: tuple[Server, Server], reps: int, tokens: int) -> list[Row]:
+def _decode(reps: int, tokens: int) -> Step:
     def run(server: Server, rep: int) -> Stream:
         return server.one(_chat(f"decode {rep}", 20, COUNT), tokens)
 
-    a, b = _alternate(servers, reps, run)
-    return [
-        Row.of(
-            f"decode tok/s, 1 stream, {tokens} tokens",
-            [s.decode_tps for s in a],
-            [s.decode_tps for s in b],
-            "tok/s",
-            1,
-        )
-    ]
+    return Step(
+        "decode",
+        run,
+        lambda a, b: [
+            Row.of(
+                f"decode tok/s, 1 stream, {tokens} tokens",
+                [s.decode_tps for s in a],
+                [s.decode_tps for s in b],
+                "tok/s",
+                1,
+            )
+        ],
+        reps,
+    )
 
 
-def _ttft(servers: tuple[Server, Server], reps: int) -> list[Row]:
+def _ttft(reps: int) -> Step:
     def run(server: Server, rep: int) -> tuple[Stream, Stream]:
         chat = _chat(f"ttft {rep}", 80, "Say hello.")
         return server.one(chat, 4), server.one(chat, 4)
 
-    a, b = _alternate(servers, reps, run)
-    return [
-        Row(
-            "prompt tokens, ~100-token prompt", a[0][0].prompt_tokens, b[0][0].prompt_tokens, "", 0
-        ),
-        Row.of(
-            "TTFT, cold ~100-token prompt",
-            [c.ttft for c, _ in a],
-            [c.ttft for c, _ in b],
-            "s",
-        ),
-        Row.of(
-            "TTFT, the same prompt again (cached)",
-            [w.ttft for _, w in a],
-            [w.ttft for _, w in b],
-            "s",
-        ),
-    ]
+    return Step(
+        "ttft",
+        run,
+        lambda a, b: [
+            Row(
+                "prompt tokens, ~100-token prompt",
+                a[0][0].prompt_tokens,
+                b[0][0].prompt_tokens,
+                "",
+                0,
+            ),
+            Row.of(
+                "TTFT, cold ~100-token prompt",
+                [c.ttft for c, _ in a],
+                [c.ttft for c, _ in b],
+                "s",
+            ),
+            Row.of(
+                "TTFT, the same prompt again (cached)",
+                [w.ttft for _, w in a],
+                [w.ttft for _, w in b],
+                "s",
+            ),
+        ],
+        reps,
+    )
 
 
-def _prefill(servers: tuple[Server, Server], reps: int) -> list[Row]:
+def _prefill(reps: int) -> Step:
     def run(server: Server, rep: int) -> Stream:
         return server.one(_chat(f"prefill {rep}", 2000, "Summarize the notes in one sentence."), 4)
 
-    a, b = _alternate(servers, reps, run)
-    return [
-        Row("prompt tokens, 2,000-token prompt", a[0].prompt_tokens, b[0].prompt_tokens, "", 0),
-        Row.of(
-            "TTFT, fresh 2,000-token prompt (prefill)",
-            [s.ttft for s in a],
-            [s.ttft for s in b],
-            "s",
-        ),
-    ]
+    return Step(
+        "prefill",
+        run,
+        lambda a, b: [
+            Row("prompt tokens, 2,000-token prompt", a[0].prompt_tokens, b[0].prompt_tokens, "", 0),
+            Row.of(
+                "TTFT, fresh 2,000-token prompt (prefill)",
+                [s.ttft for s in a],
+                [s.ttft for s in b],
+                "s",
+            ),
+        ],
+        reps,
+    )
 
 
 def _aggregate(streams: list[Stream]) -> float:
@@ -367,48 +410,52 @@ def _aggregate(streams: list[Stream]) -> float:
     return sum(s.output_tokens for s in streams) / wall
 
 
-def _scaling(servers: tuple[Server, Server], reps: int, tokens: int) -> list[Row]:
+def _scaling(reps: int, tokens: int) -> Step:
     def run(server: Server, rep: int) -> tuple[float, list[Stream]]:
         single = _aggregate(server.many(_counting(f"one {rep}", 1), tokens))
         return single, server.many(_counting(f"four {rep}", 4), tokens)
 
-    a, b = _alternate(servers, reps, run)
-    return [
-        Row.of(
-            f"aggregate tok/s, 1 stream, {tokens} tokens (wall)",
-            [x for x, _ in a],
-            [x for x, _ in b],
-            "tok/s",
-            1,
-        ),
-        Row.of(
-            f"aggregate tok/s, 4 concurrent streams, {tokens} tokens each",
-            [_aggregate(y) for _, y in a],
-            [_aggregate(y) for _, y in b],
-            "tok/s",
-            1,
-        ),
-        Row.of(
-            "**scaling, 4 streams / 1 stream**",
-            [_aggregate(y) / x for x, y in a],
-            [_aggregate(y) / x for x, y in b],
-            "×",
-            2,
-        ),
-        Row.of(
-            "4 streams: slowest first token",
-            [max(s.ttft for s in y) for _, y in a],
-            [max(s.ttft for s in y) for _, y in b],
-            "s",
-        ),
-        Row.of(
-            "4 streams: time between two tokens of a stream (median)",
-            [statistics.median(s.between_ms for s in y) for _, y in a],
-            [statistics.median(s.between_ms for s in y) for _, y in b],
-            "ms",
-            1,
-        ),
-    ]
+    return Step(
+        "scaling",
+        run,
+        lambda a, b: [
+            Row.of(
+                f"aggregate tok/s, 1 stream, {tokens} tokens (wall)",
+                [x for x, _ in a],
+                [x for x, _ in b],
+                "tok/s",
+                1,
+            ),
+            Row.of(
+                f"aggregate tok/s, 4 concurrent streams, {tokens} tokens each",
+                [_aggregate(y) for _, y in a],
+                [_aggregate(y) for _, y in b],
+                "tok/s",
+                1,
+            ),
+            Row.of(
+                "**scaling, 4 streams / 1 stream**",
+                [_aggregate(y) / x for x, y in a],
+                [_aggregate(y) / x for x, y in b],
+                "×",
+                2,
+            ),
+            Row.of(
+                "4 streams: slowest first token",
+                [max(s.ttft for s in y) for _, y in a],
+                [max(s.ttft for s in y) for _, y in b],
+                "s",
+            ),
+            Row.of(
+                "4 streams: time between two tokens of a stream (median)",
+                [statistics.median(s.between_ms for s in y) for _, y in a],
+                [statistics.median(s.between_ms for s in y) for _, y in b],
+                "ms",
+                1,
+            ),
+        ],
+        reps,
+    )
 
 
 def _overlapped(streams: list[Stream]) -> int:
@@ -417,40 +464,44 @@ def _overlapped(streams: list[Stream]) -> int:
     return sum(s.first < max(ends[:i] + ends[i + 1 :]) for i, s in enumerate(streams))
 
 
-def _sixteen(servers: tuple[Server, Server], reps: int, tokens: int) -> list[Row]:
+def _sixteen(reps: int, tokens: int) -> Step:
     def run(server: Server, rep: int) -> list[Stream]:
         return server.many(_counting(f"sixteen {rep}", 16), tokens)
 
-    a, b = _alternate(servers, reps, run)
-    return [
-        Row(
-            f"16 concurrent streams of {tokens} tokens: completed (all reps)",
-            sum(len(r) for r in a),
-            sum(len(r) for r in b),
-            "",
-            0,
-        ),
-        Row.of(
-            "16 streams: max TTFT",
-            [max(s.ttft for s in r) for r in a],
-            [max(s.ttft for s in r) for r in b],
-            "s",
-        ),
-        Row(
-            "16 streams: first token while another still ran (worst rep, of 16)",
-            min(_overlapped(r) for r in a),
-            min(_overlapped(r) for r in b),
-            "",
-            0,
-        ),
-        Row.of(
-            "16 streams: aggregate tok/s",
-            [_aggregate(r) for r in a],
-            [_aggregate(r) for r in b],
-            "tok/s",
-            1,
-        ),
-    ]
+    return Step(
+        "sixteen",
+        run,
+        lambda a, b: [
+            Row(
+                f"16 concurrent streams of {tokens} tokens: completed (all reps)",
+                sum(len(r) for r in a),
+                sum(len(r) for r in b),
+                "",
+                0,
+            ),
+            Row.of(
+                "16 streams: max TTFT",
+                [max(s.ttft for s in r) for r in a],
+                [max(s.ttft for s in r) for r in b],
+                "s",
+            ),
+            Row(
+                "16 streams: first token while another still ran (worst rep, of 16)",
+                min(_overlapped(r) for r in a),
+                min(_overlapped(r) for r in b),
+                "",
+                0,
+            ),
+            Row.of(
+                "16 streams: aggregate tok/s",
+                [_aggregate(r) for r in a],
+                [_aggregate(r) for r in b],
+                "tok/s",
+                1,
+            ),
+        ],
+        reps,
+    )
 
 
 def _conversation(seed: str) -> Chat:
@@ -465,7 +516,7 @@ def _conversation(seed: str) -> Chat:
     return chat
 
 
-def _agent(servers: tuple[Server, Server], reps: int) -> list[Row]:
+def _agent(reps: int) -> Step:
     def run(server: Server, rep: int) -> tuple[Stream, Stream]:
         chat = _conversation(f"agent {rep}")
         before = server.one(chat, 16)
@@ -475,28 +526,32 @@ def _agent(servers: tuple[Server, Server], reps: int) -> list[Row]:
         ]
         return before, server.one(chat, 4)
 
-    a, b = _alternate(servers, reps, run)
-    return [
-        Row("agent turn N: prompt tokens", a[0][1].prompt_tokens, b[0][1].prompt_tokens, "", 0),
-        Row(
-            "agent turn N: previous turn's prompt + output tokens",
-            a[0][0].prompt_tokens + a[0][0].output_tokens,
-            b[0][0].prompt_tokens + b[0][0].output_tokens,
-            "",
-            0,
-        ),
-        Row(
-            "agent turn N: cached tokens reported (min over reps)",
-            min(n.cached_tokens for _, n in a),
-            min(n.cached_tokens for _, n in b),
-            "",
-            0,
-        ),
-        Row.of("agent turn N: TTFT", [n.ttft for _, n in a], [n.ttft for _, n in b], "s"),
-    ]
+    return Step(
+        "agent",
+        run,
+        lambda a, b: [
+            Row("agent turn N: prompt tokens", a[0][1].prompt_tokens, b[0][1].prompt_tokens, "", 0),
+            Row(
+                "agent turn N: previous turn's prompt + output tokens",
+                a[0][0].prompt_tokens + a[0][0].output_tokens,
+                b[0][0].prompt_tokens + b[0][0].output_tokens,
+                "",
+                0,
+            ),
+            Row(
+                "agent turn N: cached tokens reported (min over reps)",
+                min(n.cached_tokens for _, n in a),
+                min(n.cached_tokens for _, n in b),
+                "",
+                0,
+            ),
+            Row.of("agent turn N: TTFT", [n.ttft for _, n in a], [n.ttft for _, n in b], "s"),
+        ],
+        reps,
+    )
 
 
-def _codex(servers: tuple[Server, Server], reps: int) -> list[Row]:
+def _codex(reps: int) -> Step:
     def run(server: Server, rep: int) -> tuple[Stream, Stream]:
         chat = _chat(f"codex {rep}", 8000, "Where is the main entry point?")
         cold = server.one(chat, 4)
@@ -505,32 +560,39 @@ def _codex(servers: tuple[Server, Server], reps: int) -> list[Row]:
         chat[1] = {"role": "user", "content": "List the files you would read first."}
         return cold, server.one(chat, 4)
 
-    a, b = _alternate(servers, reps, run)
-    return [
-        Row("Codex session: prompt tokens", a[0][1].prompt_tokens, b[0][1].prompt_tokens, "", 0),
-        Row.of(
-            "Codex session: TTFT, first send (cold)",
-            [c.ttft for c, _ in a],
-            [c.ttft for c, _ in b],
-            "s",
-        ),
-        Row(
-            "Codex session: cached tokens after the restart (min over reps)",
-            min(n.cached_tokens for _, n in a),
-            min(n.cached_tokens for _, n in b),
-            "",
-            0,
-        ),
-        Row.of(
-            "**Codex session: TTFT after a server restart**",
-            [n.ttft for _, n in a],
-            [n.ttft for _, n in b],
-            "s",
-        ),
-    ]
+    return Step(
+        "codex",
+        run,
+        lambda a, b: [
+            Row(
+                "Codex session: prompt tokens", a[0][1].prompt_tokens, b[0][1].prompt_tokens, "", 0
+            ),
+            Row.of(
+                "Codex session: TTFT, first send (cold)",
+                [c.ttft for c, _ in a],
+                [c.ttft for c, _ in b],
+                "s",
+            ),
+            Row(
+                "Codex session: cached tokens after the restart (min over reps)",
+                min(n.cached_tokens for _, n in a),
+                min(n.cached_tokens for _, n in b),
+                "",
+                0,
+            ),
+            Row.of(
+                "**Codex session: TTFT after a server restart**",
+                [n.ttft for _, n in a],
+                [n.ttft for _, n in b],
+                "s",
+            ),
+        ],
+        reps,
+    )
 
 
-def _servers(args: argparse.Namespace, model: Path, home: Path) -> tuple[Server, Server]:
+def _servers(args: argparse.Namespace, model: Path, home: Path) -> Servers:
+    """oars, then a llama-server for each `--llama-args` (one with none if not given)."""
     threads = str(args.threads)
     # --account: oars logs each pass, llama-server when each decode starts and ends, and
     # llama.cpp the sequences of each ubatch (bench/passes.py)
@@ -556,7 +618,7 @@ def _servers(args: argparse.Namespace, model: Path, home: Path) -> tuple[Server,
             *shlex.split(args.oars_args),
         ]
 
-    def llama(port: int) -> list[str]:
+    def llama(port: int, extra: str) -> list[str]:
         return [
             str(args.llama_server),
             "-m",
@@ -572,7 +634,7 @@ def _servers(args: argparse.Namespace, model: Path, home: Path) -> tuple[Server,
             "-c",
             str(args.ctx * args.parallel),
             *llama_log,
-            *shlex.split(args.llama_args),
+            *shlex.split(extra),
         ]
 
     return (
@@ -585,19 +647,22 @@ def _servers(args: argparse.Namespace, model: Path, home: Path) -> tuple[Server,
             home / "oars.log",
             env={**os.environ, "OARS_HOME": str(home), **dict(args.oars_env)},
         ),
-        Server(
-            "llama-server",
-            llama,
-            "/v1/chat/completions",
-            _llama_body,
-            _llama_event,
-            home / "llama-server.log",
-            env={**os.environ, **debug},
+        *(
+            Server(
+                f"llama-server {extra}".strip(),
+                functools.partial(llama, extra=extra),
+                "/v1/chat/completions",
+                _llama_body,
+                _llama_event,
+                home / f"llama-server-{i}.log",
+                env={**os.environ, **debug},
+            )
+            for i, extra in enumerate(args.llama_args or [""])
         ),
     )
 
 
-def _account(args: argparse.Namespace, servers: tuple[Server, Server]) -> str:
+def _account(args: argparse.Namespace, servers: Servers) -> str:
     """Each load `--reps` times on each server (alternating which goes first), its passes read
     back from the server's log, all reps' passes together."""
     loads = [(1, args.tokens), (4, args.tokens), (16, args.tokens16)]
@@ -624,40 +689,41 @@ def _account(args: argparse.Namespace, servers: tuple[Server, Server]) -> str:
             }
         out += [
             f"\n{streams} stream(s) of {tokens} tokens, {args.reps} reps\n",
-            "| | oars | llama-server |",
-            "|---|---|---|",
+            "| | " + " | ".join(s.name for s in servers) + " |",
+            "|---" * (len(servers) + 1) + "|",
         ]
         names = dict.fromkeys(k for s in found.values() for k in s)
         for name in names:
-            a, b = (found[s.name].get(name, float("nan")) for s in servers)
-            out.append(f"| {name} | {a:,.2f} | {b:,.2f} |")
+            cells = (found[s.name].get(name, float("nan")) for s in servers)
+            out.append(f"| {name} | " + " | ".join(f"{c:,.2f}" for c in cells) + " |")
     return "\n".join(out)
 
 
-def _measure(args: argparse.Namespace, servers: tuple[Server, Server]) -> list[Row]:
+def _measure(args: argparse.Namespace, servers: Servers) -> list[Row]:
     for server in servers:
         server.one(_chat("warm-up", 20, "Say hello."), 4)
-    steps: list[tuple[str, Callable[[], list[Row]]]] = [
-        ("decode", lambda: _decode(servers, args.reps, args.tokens)),
-        ("ttft", lambda: _ttft(servers, args.reps)),
-        ("prefill", lambda: _prefill(servers, args.reps)),
-        ("scaling", lambda: _scaling(servers, args.reps, args.tokens)),
-        ("sixteen", lambda: _sixteen(servers, args.reps, args.tokens16)),
-        ("agent", lambda: _agent(servers, args.reps)),
-        ("codex", lambda: _codex(servers, args.codex_reps)),
+    steps = [
+        _decode(args.reps, args.tokens),
+        _ttft(args.reps),
+        _prefill(args.reps),
+        _scaling(args.reps, args.tokens),
+        _sixteen(args.reps, args.tokens16),
+        _agent(args.reps),
+        _codex(args.codex_reps),
     ]
     only = {name.strip() for name in args.only.split(",") if name.strip()}
     rows: list[Row] = []
-    for name, step in steps:
-        if only and name not in only:
+    for step in steps:
+        if only and step.name not in only:
             continue
         start = time.perf_counter()
-        rows += step()
-        print(f"{name}: {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
+        rows += step.measure(servers)
+        print(f"{step.name}: {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
     return rows
 
 
 def _table(rows: list[Row], args: argparse.Namespace) -> str:
+    references = list(dict.fromkeys(row.against for row in rows))
     lines = [
         f"oars {args.oars_args or '(defaults)'} vs llama-server --parallel {args.parallel}, "
         f"{args.threads} threads, median of {args.reps} alternating reps "
@@ -666,11 +732,12 @@ def _table(rows: list[Row], args: argparse.Namespace) -> str:
         "| measure | oars | llama-server | oars / llama-server | rep by rep |",
         "|---|---|---|---|---|",
     ]
-    for row in rows:
+    for row in sorted(rows, key=lambda row: references.index(row.against)):
         unit = f" {row.unit}" if row.unit else ""
         spread = f"{min(row.ratios):.2f}-{max(row.ratios):.2f}" if len(row.ratios) > 1 else ""
+        measure = row.measure if len(references) == 1 else f"{row.measure} (vs {row.against})"
         lines.append(
-            f"| {row.measure} | {row.oars:,.{row.digits}f}{unit} | "
+            f"| {measure} | {row.oars:,.{row.digits}f}{unit} | "
             f"{row.llama:,.{row.digits}f}{unit} | {row.ratio:.2f} | {spread} |"
         )
     return "\n".join(lines)
@@ -690,7 +757,14 @@ def main() -> None:
     parser.add_argument(
         "--oars-args", default="", help='extra `oars serve` flags, e.g. "--parallel 4"'
     )
-    parser.add_argument("--llama-args", default="", help="extra llama-server flags")
+    parser.add_argument(
+        "--llama-args",
+        action="append",
+        default=[],
+        help="extra llama-server flags, as --llama-args=FLAGS; given more than once, a "
+        "llama-server for each, all alternating with oars (e.g. --llama-args= "
+        "--llama-args=--no-repack)",
+    )
     parser.add_argument(
         "--oars-env",
         action="append",
@@ -740,6 +814,7 @@ def main() -> None:
                             "measure": r.measure,
                             "oars": r.oars,
                             "llama_server": r.llama,
+                            "against": r.against,
                             "ratio": r.ratio,
                             "unit": r.unit,
                         }
