@@ -15,6 +15,12 @@ Then the batch independence of a sequence's logits (the largest difference from 
 token rows of 7 sequences and of 8 (llama.cpp multiplies its K-quant weights by 8 rows or more
 with another kernel), and a prompt's last 5 tokens fed beside 3 token rows rather than in its
 own pass (what the batcher does not do).
+
+Last, prompts evaluated together in one pass, as llama-server evaluates the prompts waiting for
+its slots, against each in a pass of its own (what the batcher does): the time of all of them
+(median of `--reps`), and the largest difference of a prompt's last logits between the two.
+llama.cpp cuts such a pass into graphs of the same number of tokens a sequence, so prompts of
+different lengths leave short graphs behind.
 """
 
 from __future__ import annotations
@@ -105,6 +111,37 @@ def _tail_difference(context: LlamaContext, rng: np.random.Generator) -> float:
     return float(np.abs(alone - beside).max())
 
 
+PROMPT_SETS = ([60, 60, 60, 60], [60, 61, 73, 41], [12, 60], [5, 60], [9, 9])
+
+
+def _prompts_together(
+    context: LlamaContext, rng: np.random.Generator, lengths: list[int], reps: int
+) -> tuple[float, float, float, int]:
+    """Prompts of `lengths` on sequences 0.., each in its own pass and all in one: ms of
+    each way (medians), their last logits' largest difference, and the one pass's graphs."""
+    prompts = [[int(t) for t in rng.integers(1000, 30000, n)] for n in lengths]
+    alone: list[float] = []
+    together: list[float] = []
+    for rep in range(reps):
+        for way in ("alone", "together") if rep % 2 == 0 else ("together", "alone"):
+            for seq in range(len(prompts)):
+                context.forget(seq, 0)
+            began = time.perf_counter()
+            if way == "alone":
+                last = []
+                for seq, prompt in enumerate(prompts):
+                    context.decode([Feed(seq, prompt, 0, True)])
+                    last.append(context.logits(0).copy())
+                alone.append(time.perf_counter() - began)
+            else:
+                context.decode([Feed(seq, prompt, 0, True) for seq, prompt in enumerate(prompts)])
+                together.append(time.perf_counter() - began)
+                mixed = [context.logits(seq).copy() for seq in range(len(prompts))]
+    difference = max(float(np.abs(a - b).max()) for a, b in zip(last, mixed, strict=True))
+    graphs = len(split([(seq, 0, n) for seq, n in enumerate(lengths)]))
+    return statistics.median(alone) * 1000, statistics.median(together) * 1000, difference, graphs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--reps", type=int, default=5)
@@ -135,6 +172,14 @@ def main() -> None:
     print(
         f"| a prompt's last 5 tokens beside 3 token rows | {_tail_difference(context, rng):.3g} |"
     )
+    print(
+        "\n| prompts' lengths | each in its own pass, ms | all in one pass, ms | its graphs "
+        "| largest logit difference |\n|---|---|---|---|---|"
+    )
+    for lengths in PROMPT_SETS:
+        alone, together, difference, graphs = _prompts_together(context, rng, lengths, args.reps)
+        names = ", ".join(map(str, lengths))
+        print(f"| {names} | {alone:.0f} | {together:.0f} | {graphs} | {difference:.3g} |")
 
 
 if __name__ == "__main__":
