@@ -22,6 +22,8 @@ import re
 import statistics
 from dataclasses import dataclass
 
+from oars.engines.batching import graphs
+
 _SLOT = re.compile(r"find_slot: stream\[(\d+)\], n =\s*(\d+)")
 _OARS_PASS = re.compile(r"pass feeds=([\d:+,]*) ms=([\d.]+) gap_ms=([\d.]+)")
 _STAMP = re.compile(r"^(\d+)\.(\d+)\.(\d+)\.(\d+) ")
@@ -46,21 +48,14 @@ class Pass:
 
 def split(feeds: list[tuple[int, int, int]], n_ubatch: int = 512) -> list[list[tuple[int, int]]]:
     """llama.cpp's ubatches of a pass of (sequence, position, tokens) feeds, for a memory of
-    one stream per sequence: consecutive sequences in increasing order, as many tokens of
-    each as the shortest has left (and as fit)."""
-    left = [[seq, start, n] for seq, start, n in feeds]
+    one stream per sequence (`oars.engines.batching.graphs`): each as the (sequence, position
+    of its first token) it takes."""
+    at = {seq: start for seq, start, _ in feeds}
     out = []
-    while any(n for _, _, n in left):
-        chosen: list[list[int]] = []
-        for feed in left:
-            if feed[2] and (not chosen or feed[0] == chosen[-1][0] + 1):
-                chosen.append(feed)
-        take = min(feed[2] for feed in chosen)
-        take = max(1, min(take, n_ubatch // len(chosen)))
-        out.append([(feed[0], feed[1]) for feed in chosen])
-        for feed in chosen:
-            feed[1] += take
-            feed[2] -= take
+    for seqs, take in graphs([(seq, n) for seq, _, n in feeds], n_ubatch):
+        out.append([(seq, at[seq]) for seq in seqs])
+        for seq in seqs:
+            at[seq] += take
     return out
 
 

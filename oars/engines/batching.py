@@ -143,6 +143,31 @@ def _runs(seqs: set[int]) -> int:
     return sum(1 for seq in seqs if seq - 1 not in seqs)
 
 
+# llama.cpp multiplies its K-quant weights by this many rows or more with another kernel than
+# by fewer, so a token's logits depend on which side of it the graph that carries it falls.
+KERNEL_ROWS = 8
+
+
+def graphs(feeds: Sequence[tuple[int, int]], n_ubatch: int) -> list[tuple[list[int], int]]:
+    """The graphs llama.cpp cuts a pass of (sequence, tokens) feeds into, over a memory of one
+    stream per sequence (`split_equal` in its `llama-batch.cpp`): each takes, in batch order,
+    a run of consecutive sequences in increasing order that have tokens left, and as many
+    tokens of each as the shortest of them has left (and as fit `n_ubatch`). Each graph as
+    its sequences and its tokens a sequence."""
+    left = [[seq, n] for seq, n in feeds]
+    out: list[tuple[list[int], int]] = []
+    while any(n for _, n in left):
+        chosen: list[list[int]] = []
+        for feed in left:
+            if feed[1] and (not chosen or feed[0] == chosen[-1][0] + 1):
+                chosen.append(feed)
+        take = max(1, min(min(n for _, n in chosen), n_ubatch // len(chosen)))
+        out.append(([seq for seq, _ in chosen], take))
+        for feed in chosen:
+            feed[1] -= take
+    return out
+
+
 class Batcher:
     """Schedules works onto the context's slots; `run()` is its thread."""
 
@@ -258,39 +283,69 @@ class Batcher:
 
     def _plan(self) -> tuple[list[Feed], list[Slot]]:
         """This step's batch: the last token of every running sequence, in sequence order, or
-        a chunk of the oldest waiting prompt. The two take turns, so a long prompt pauses
-        running streams one chunk at a time; but streams that have only their first token may
-        wait for the prompts that end in their next chunk, so that requests arriving together
-        decode together (fewer, fuller passes, as llama-server gets by evaluating their prompts
-        in one call).
+        a chunk of the oldest waiting prompt (with those of other waiting prompts that can
+        share its pass, `_prompt_pass`). The two take turns, so a long prompt pauses running
+        streams one chunk at a time; but streams that have only their first token may wait
+        for the prompts that end in their next chunk, so that requests arriving together
+        decode together (fewer, fuller passes, as llama-server gets by evaluating their
+        prompts in one call).
 
         llama.cpp computes a pass as one graph per run of consecutive sequences (with one
         memory per sequence), and a graph's cost is mostly fixed on the CPU: hence the order.
 
         A prompt is always cut at the same places (every `prefill_chunk` tokens from where its
-        cache ends) and its chunks go through the model alone. Then a sequence's logits do not
-        depend on the rest of the batch: llama.cpp multiplies a K-quant matrix by 8 rows or
-        more with another kernel than by fewer, so a chunk's tokens must meet the weights in
-        the same company whatever runs beside them (a prompt's tail fed beside token rows
-        moved its logits by up to 0.4), and token rows stay below 8 at the default 4
-        sequences. So a request's text does not depend on the load."""
+        cache ends) and its chunks never share a pass with token rows. Then a sequence's
+        logits do not depend on the rest of the batch: llama.cpp multiplies a K-quant matrix
+        by `KERNEL_ROWS` rows or more with another kernel than by fewer, so a token must meet
+        the weights in a graph on the same side of that bound whatever runs beside it (a
+        prompt's tail fed beside token rows moved its logits by up to 0.4), and token rows
+        stay below 8 at the default 4 sequences. So a request's text does not depend on the
+        load."""
         tokens: list[Slot] = []
         prompts: list[Slot] = []
         for slot in self._admitted:
             (prompts if slot.pending is None else tokens).append(slot)
         if prompts and (not tokens or self._prompt_turn or self._may_wait(tokens, prompts[0])):
             self._prompt_turn = False
-            slot = prompts[0]
-            assert slot.work is not None
-            prompt, done = slot.work.prompt, len(slot.tokens)
-            chunk = prompt[done : done + self.prefill_chunk]
-            return [Feed(slot.seq, chunk, done, done + len(chunk) == len(prompt))], [slot]
+            return self._prompt_pass(prompts)
         self._prompt_turn = True
         tokens.sort(key=lambda slot: slot.seq)
         feeds = [
             Feed(s.seq, (s.pending,), len(s.tokens), True) for s in tokens if s.pending is not None
         ]
         return feeds, tokens
+
+    def _prompt_pass(self, prompts: list[Slot]) -> tuple[list[Feed], list[Slot]]:
+        """The next chunk of the oldest waiting prompt, and beside it the next chunks of other
+        waiting prompts while they all fit in `prefill_chunk` tokens and every graph llama.cpp
+        makes of the pass keeps `KERNEL_ROWS` rows or more, as each chunk of 8 tokens or more
+        has alone. Then every token meets the weights through the same kernel as alone, and
+        the logits are the same to the bit (`bench.graphs`); four 60-token prompts take 4 %
+        less time in one pass than in four. Chunks are still cut where they are alone."""
+
+        def chunk(slot: Slot) -> tuple[int, ...]:
+            assert slot.work is not None
+            done = len(slot.tokens)
+            return slot.work.prompt[done : done + self.prefill_chunk]
+
+        group = [(prompts[0], chunk(prompts[0]))]
+        used = len(group[0][1])
+        for slot in prompts[1:] if used >= KERNEL_ROWS else ():
+            tokens = chunk(slot)
+            if len(tokens) < KERNEL_ROWS or used + len(tokens) > self.prefill_chunk:
+                continue
+            trial = sorted([(s.seq, len(t)) for s, t in group] + [(slot.seq, len(tokens))])
+            cut = graphs(trial, self.context.n_batch)
+            if all(len(seqs) * take >= KERNEL_ROWS for seqs, take in cut):
+                group.append((slot, tokens))
+                used += len(tokens)
+        group.sort(key=lambda pair: pair[0].seq)
+        feeds = []
+        for slot, tokens in group:
+            assert slot.work is not None
+            done = len(slot.tokens)
+            feeds.append(Feed(slot.seq, tokens, done, done + len(tokens) == len(slot.work.prompt)))
+        return feeds, [slot for slot, _ in group]
 
     def _may_wait(self, tokens: list[Slot], prompt: Slot) -> bool:
         """Every running stream has only its first token (sent already), and the prompt ends

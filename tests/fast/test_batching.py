@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from oars.engines.batching import Batcher, Capacity, Feed
+from oars.engines.batching import Batcher, Capacity, Feed, graphs
 from oars.engines.prefix_store import PrefixStore, common_prefix
 from oars.errors import EngineError, RateLimited
 
@@ -168,6 +168,48 @@ def test_requests_arriving_together_decode_together_in_sequence_order() -> None:
     run(batcher, works)
     for work in works:
         assert work.output == alone(FakeWork(work.prompt, length=6))[0]
+
+
+def _first_pass_shapes(lengths: tuple[int, ...], prefill_chunk: int) -> list[list[tuple[int, int]]]:
+    """Prompts of `lengths` waiting together: the prompt passes, as (sequence, tokens) feeds."""
+    context = FakeContext(4, n_batch=256)
+    batcher = Batcher(context, 4, prefill_chunk=prefill_chunk)
+    works = [FakeWork(prompt(i, n), length=3) for i, n in enumerate(lengths)]
+    run(batcher, works)
+    for work in works:
+        assert work.output == alone(FakeWork(work.prompt, length=3), prefill_chunk)[0]
+    return [[(f.seq, len(f.tokens)) for f in p] for p in context.passes if len(p[0].tokens) > 1]
+
+
+@pytest.mark.parametrize(
+    ("lengths", "chunk", "shapes"),
+    [
+        # one graph of 4 x 10 rows
+        ((10, 10, 10, 10), 64, [[(0, 10), (1, 10), (2, 10), (3, 10)]]),
+        # 2 x 10 rows, then the longer one's last 20 alone: every graph 8 rows or more
+        ((10, 30), 64, [[(0, 10), (1, 30)]]),
+        # 2 x 10 rows would leave a graph of 1 row: each alone
+        ((10, 11), 64, [[(0, 10)], [(1, 11)]]),
+        # a chunk under 8 tokens is under 8 rows alone: it stays alone
+        ((5, 5), 64, [[(0, 5)], [(1, 5)]]),
+        # at most `prefill_chunk` tokens a pass: the third waits
+        ((20, 20, 20), 48, [[(0, 20), (1, 20)], [(2, 20)]]),
+        # a chunk that fills the pass goes alone, and so does a remainder under 8 tokens
+        ((70, 10), 64, [[(0, 64)], [(0, 6)], [(1, 10)]]),
+    ],
+)
+def test_waiting_prompts_share_a_pass_where_every_graph_keeps_8_rows(
+    lengths: tuple[int, ...], chunk: int, shapes: list[list[tuple[int, int]]]
+) -> None:
+    """Each prompt's chunks are cut where they are cut alone, each request gets what it gets
+    alone, and a pass of prompts leaves llama.cpp no graph of fewer than 8 rows."""
+    assert _first_pass_shapes(lengths, chunk) == shapes
+
+
+def test_the_graphs_of_a_pass_are_llama_cpp_s() -> None:
+    assert graphs([(0, 10), (1, 30)], 512) == [([0, 1], 10), ([1], 20)]
+    assert graphs([(0, 1), (2, 1), (1, 1)], 512) == [([0, 1], 1), ([2], 1)]
+    assert graphs([(0, 300), (1, 300)], 512) == [([0, 1], 256), ([0, 1], 44)]
 
 
 def test_a_prompt_of_several_chunks_does_not_hold_back_first_tokens() -> None:

@@ -110,6 +110,56 @@ def test_a_sequence_s_logprobs_do_not_depend_on_what_runs_beside_it(four: str) -
     assert max(r["first"] for r in together) < max(r["end"] for r in together)
 
 
+def test_prompts_waiting_together_share_passes_and_change_no_logprob(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    """Prompts that arrive together are evaluated in shared passes where llama.cpp's graphs
+    keep 8 rows or more (the same length, or one longer by 8 tokens or more, but not one
+    longer by a token); each token's logprobs are still its lone run's to the last bit."""
+    server = cast(
+        Generator[str, None, None],
+        _serve(
+            tmp_path_factory,
+            "--ctx",
+            "2048",
+            "--parallel",
+            "4",
+            "--log-level",
+            "debug",
+            folder=tmp_path,
+        ),
+    )
+    base = next(server)
+    try:
+        bodies = [
+            {
+                **GREEDY,
+                "temperature": 1,
+                "max_output_tokens": 8,
+                "include": ["message.output_text.logprobs"],
+                "top_logprobs": 2,
+                "input": f"Write a line about the letter {letter}." + extra,
+            }
+            for letter, extra in zip("ABCD", ("", " Be", " Be brief." * 4, ""), strict=True)
+        ]
+        alone = [_timed_stream(base, body)["final"] for body in bodies]
+        start = (tmp_path / "oars.log").stat().st_size
+        with ThreadPoolExecutor(len(bodies)) as pool:
+            together = list(pool.map(lambda b: _timed_stream(base, b), bodies))
+    finally:
+        server.close()
+    assert all(_logprobs(f) for f in alone)
+    assert [_logprobs(r["final"]) for r in together] == [_logprobs(f) for f in alone]
+    with open(tmp_path / "oars.log", encoding="utf-8") as log:
+        log.seek(start)
+        fed = [
+            [int(n) for n in re.findall(r"\d+:\d+\+(\d+)", line)]
+            for line in log
+            if "pass feeds=" in line
+        ]
+    assert any(sum(n > 1 for n in feeds) >= 2 for feeds in fed), fed
+
+
 def test_four_streams_at_once_each_start_while_the_others_run(four: str) -> None:
     bodies = [
         {
