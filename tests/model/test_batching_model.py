@@ -59,6 +59,15 @@ def _timed_stream(server: str, body: dict[str, Any]) -> dict[str, Any]:
     return {"final": report.final, "first": first, "end": time.monotonic() - start}
 
 
+def _debug_server(
+    factory: pytest.TempPathFactory, folder: Path, *args: str
+) -> Generator[str, None, None]:
+    """A server of 2,048-token sequences logging at debug level to `folder / "oars.log"`;
+    `next()` starts it, `close()` stops it."""
+    served = _serve(factory, "--ctx", "2048", "--log-level", "debug", *args, folder=folder)
+    return cast(Generator[str, None, None], served)
+
+
 def _text(final: dict[str, Any]) -> str:
     return "".join(
         c["text"] for item in final["output"] if item["type"] == "message" for c in item["content"]
@@ -116,19 +125,7 @@ def test_prompts_waiting_together_share_passes_and_change_no_logprob(
     """Prompts that arrive together are evaluated in shared passes where llama.cpp's graphs
     keep 8 rows or more (the same length, or one longer by 8 tokens or more, but not one
     longer by a token); each token's logprobs are still its lone run's to the last bit."""
-    server = cast(
-        Generator[str, None, None],
-        _serve(
-            tmp_path_factory,
-            "--ctx",
-            "2048",
-            "--parallel",
-            "4",
-            "--log-level",
-            "debug",
-            folder=tmp_path,
-        ),
-    )
+    server = _debug_server(tmp_path_factory, tmp_path, "--parallel", "4")
     base = next(server)
     try:
         bodies = [
@@ -291,21 +288,7 @@ def test_a_long_prompt_is_kept_on_disk_for_a_new_process(
 def test_llama_cpp_s_own_log_comes_through_oars_s_log_at_debug_level(
     tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
 ) -> None:
-    server = cast(
-        Generator[str, None, None],
-        _serve(
-            tmp_path_factory,
-            "--ctx",
-            "2048",
-            "--parallel",
-            "1",
-            "--log-level",
-            "debug",
-            "--log-format",
-            "json",
-            folder=tmp_path,
-        ),
-    )
+    server = _debug_server(tmp_path_factory, tmp_path, "--parallel", "1", "--log-format", "json")
     next(server)
     server.close()
     lines = [
