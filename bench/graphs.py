@@ -29,10 +29,10 @@ import argparse
 import os
 import statistics
 import time
-from typing import Any
 
 import numpy as np
 
+from bench.kernels import raw_context
 from bench.passes import split
 from oars.engines.batching import Feed
 from oars.engines.llama import LlamaContext, LlamaLog
@@ -50,23 +50,6 @@ SETS = {
     "0,2": [0, 2],
     "0-7": list(range(8)),
 }
-
-
-def _context(llama_cpp: Any, threads: int) -> LlamaContext:
-    params = llama_cpp.llama_model_default_params()
-    params.use_extra_bufts = False  # as oars loads it
-    model = llama_cpp.llama_model_load_from_file(str(pull()).encode(), params)
-    vocab = llama_cpp.llama_model_get_vocab(model)
-    return LlamaContext(
-        llama_cpp,
-        model,
-        n_seq=8,
-        n_ctx_seq=1024,
-        n_batch=512,
-        n_threads=threads,
-        n_vocab=llama_cpp.llama_vocab_n_tokens(vocab),
-        flash_attn=False,
-    )
 
 
 def _pass_ms(context: LlamaContext, seqs: list[int]) -> float:
@@ -150,7 +133,9 @@ def main() -> None:
     import llama_cpp
 
     LlamaLog.install(llama_cpp)
-    context = _context(llama_cpp, args.threads)
+    context = raw_context(
+        llama_cpp, str(pull()), repack=False, n_seq=8, n_ctx_seq=1024, threads=args.threads
+    )
     rng = np.random.default_rng(7)
     for seq in range(8):
         context.decode([Feed(seq, [int(t) for t in rng.integers(1000, 30000, PROMPT)], 0, False)])

@@ -31,22 +31,32 @@ from oars.weights import pull
 PROMPT, STEPS, CHUNK = 200, 20, 256
 
 
+def raw_context(
+    llama_cpp: Any, path: str, *, repack: bool, n_seq: int, n_ctx_seq: int, threads: int
+) -> LlamaContext:
+    """The GGUF's weights (llama.cpp's repacked ones or not) in a context of `n_seq`
+    sequences, as `oars serve` makes it (512-token passes, no flash attention)."""
+    params = llama_cpp.llama_model_default_params()
+    params.use_extra_bufts = repack
+    model = llama_cpp.llama_model_load_from_file(path.encode(), params)
+    vocab = llama_cpp.llama_model_get_vocab(model)
+    return LlamaContext(
+        llama_cpp,
+        model,
+        n_seq=n_seq,
+        n_ctx_seq=n_ctx_seq,
+        n_batch=512,
+        n_threads=threads,
+        n_vocab=llama_cpp.llama_vocab_n_tokens(vocab),
+        flash_attn=False,
+    )
+
+
 class Load:
     def __init__(self, llama_cpp: Any, path: str, *, repack: bool, threads: int) -> None:
-        params = llama_cpp.llama_model_default_params()
-        params.use_extra_bufts = repack
         self.name = "repacked" if repack else "plain"
-        self.model = llama_cpp.llama_model_load_from_file(path.encode(), params)
-        vocab = llama_cpp.llama_model_get_vocab(self.model)
-        self.ctx = LlamaContext(
-            llama_cpp,
-            self.model,
-            n_seq=4,
-            n_ctx_seq=4096,
-            n_batch=512,
-            n_threads=threads,
-            n_vocab=llama_cpp.llama_vocab_n_tokens(vocab),
-            flash_attn=False,
+        self.ctx = raw_context(
+            llama_cpp, path, repack=repack, n_seq=4, n_ctx_seq=4096, threads=threads
         )
         rng = np.random.default_rng(7)  # the same tokens for both loads
         self.prompts = [[int(t) for t in rng.integers(1000, 30000, PROMPT)] for _ in range(4)]

@@ -323,29 +323,26 @@ class Batcher:
         the logits are the same to the bit (`bench.graphs`); four 60-token prompts take 4 %
         less time in one pass than in four. Chunks are still cut where they are alone."""
 
-        def chunk(slot: Slot) -> tuple[int, ...]:
+        def chunk(slot: Slot) -> Feed:
             assert slot.work is not None
-            done = len(slot.tokens)
-            return slot.work.prompt[done : done + self.prefill_chunk]
+            prompt, done = slot.work.prompt, len(slot.tokens)
+            tokens = prompt[done : done + self.prefill_chunk]
+            return Feed(slot.seq, tokens, done, done + len(tokens) == len(prompt))
 
         group = [(prompts[0], chunk(prompts[0]))]
-        used = len(group[0][1])
+        used = len(group[0][1].tokens)
         for slot in prompts[1:] if used >= KERNEL_ROWS else ():
-            tokens = chunk(slot)
-            if len(tokens) < KERNEL_ROWS or used + len(tokens) > self.prefill_chunk:
+            feed = chunk(slot)
+            n = len(feed.tokens)
+            if n < KERNEL_ROWS or used + n > self.prefill_chunk:
                 continue
-            trial = sorted([(s.seq, len(t)) for s, t in group] + [(slot.seq, len(tokens))])
+            trial = sorted([(f.seq, len(f.tokens)) for _, f in group] + [(feed.seq, n)])
             cut = graphs(trial, self.context.n_batch)
             if all(len(seqs) * take >= KERNEL_ROWS for seqs, take in cut):
-                group.append((slot, tokens))
-                used += len(tokens)
+                group.append((slot, feed))
+                used += n
         group.sort(key=lambda pair: pair[0].seq)
-        feeds = []
-        for slot, tokens in group:
-            assert slot.work is not None
-            done = len(slot.tokens)
-            feeds.append(Feed(slot.seq, tokens, done, done + len(tokens) == len(slot.work.prompt)))
-        return feeds, [slot for slot, _ in group]
+        return [feed for _, feed in group], [slot for slot, _ in group]
 
     def _may_wait(self, tokens: list[Slot], prompt: Slot) -> bool:
         """Every running stream has only its first token (sent already), and the prompt ends
