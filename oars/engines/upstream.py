@@ -10,6 +10,7 @@ content goes through the model family's parser when the upstream left calls or `
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import logging
@@ -19,7 +20,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import aiohttp
 
@@ -179,6 +180,8 @@ class UpstreamEngine:
                 # a session of a loop that has ended: its sockets went with the loop
                 self._session.connector._close()
             c = self.config
+            # the URL's credentials win over a key; requests go to the URL without them
+            headers = {**c.headers(), **_basic_auth(self.url)}
             connector = aiohttp.TCPConnector(
                 limit=c.max_connections,
                 limit_per_host=0,
@@ -186,7 +189,7 @@ class UpstreamEngine:
                 ssl=ssl.create_default_context(cafile=c.ca_file) if c.ca_file else True,
             )
             self._session = aiohttp.ClientSession(
-                headers=c.headers(),
+                headers=headers,
                 connector=connector,
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=c.connect_timeout),
                 trust_env=False,  # nothing from the environment: the URL is the operator's
@@ -195,7 +198,7 @@ class UpstreamEngine:
         return self._session
 
     def _url(self, path: str) -> str:
-        return self.url.rstrip("/") + path
+        return self.name + path  # credentials in the URL go as `auth`
 
     async def aclose(self) -> None:
         if self._session is not None and self._loop is asyncio.get_running_loop():
@@ -365,6 +368,15 @@ def replica_name(url: str) -> str:
     parts = urlsplit(url)
     netloc = parts.netloc.rpartition("@")[2]
     return urlunsplit(parts._replace(netloc=netloc)).rstrip("/")
+
+
+def _basic_auth(url: str) -> dict[str, str]:
+    """The user and password in a URL (`http://user:pass@host/v1`) as a basic auth header."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return {}
+    pair = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
+    return {"Authorization": "Basic " + base64.b64encode(pair.encode()).decode()}
 
 
 def _error_fields(reason: str, raw: bytes) -> tuple[str, str | None, str | None, str]:

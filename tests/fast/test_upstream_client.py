@@ -6,6 +6,7 @@ closes as it is taken, and a stream left early closing its connection."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import ssl
 import subprocess
@@ -47,6 +48,7 @@ class Upstream:
         self.pace, self.drop_second = pace, drop_second
         self.connections = self.requests = 0
         self.closed = asyncio.Event()
+        self.authorization: list[bytes] = []  # each request's Authorization header
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
@@ -60,6 +62,11 @@ class Upstream:
                     if line.lower().startswith(b"content-length:")
                 )
                 await reader.readexactly(length)
+                self.authorization += [
+                    line.split(b":", 1)[1].strip()
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"authorization:")
+                ]
                 served += 1
                 if self.drop_second and served == 2:
                     return
@@ -180,5 +187,29 @@ def test_a_stream_left_early_closes_its_connection() -> None:
             await asyncio.wait_for(upstream.closed.wait(), 1.0)
             assert engine.streams == 0
             await engine.aclose()
+
+    _run(go)
+
+
+def test_credentials_in_the_url_are_basic_auth_and_win_over_a_key(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As they were through httpx: a reverse proxy's user and password in the URL are sent as
+    basic auth (never shown: the replica's name has none), and a key is sent as a bearer."""
+    monkeypatch.setenv("UPSTREAM_KEY", "k-123")
+
+    async def go() -> None:
+        upstream = Upstream()
+        async with _serving(upstream, None) as port:
+            for url in (
+                f"http://us%40er:p%3Ass@127.0.0.1:{port}/v1",
+                f"http://127.0.0.1:{port}/v1",
+            ):
+                engine = UpstreamEngine(UpstreamConfig("m", url, api_key_env="UPSTREAM_KEY"))
+                assert "p:ss" not in engine.name and "er" not in engine.name
+                assert await _text(engine) == "".join(WORDS)
+                await engine.aclose()
+        basic = b"Basic " + base64.b64encode(b"us@er:p:ss")
+        assert upstream.authorization == [basic, b"Bearer k-123"]
 
     _run(go)
