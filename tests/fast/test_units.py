@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from oars.chat_template import ChatTemplate
-from oars.engines.sampler import log_softmax, sample, top_indices
+from oars.engines.sampler import draw, log_softmax, sample, top_indices
 from oars.errors import InvalidRequest, SetupError
 from oars.generation import SamplingParams
 from oars.weights import ModelSpec, _assemble, _chunks
@@ -53,6 +53,57 @@ def test_top_p_wider_than_the_pool_is_still_exact() -> None:
     rng = np.random.default_rng(3)
     picks = {sample(flat, SamplingParams(top_p=0.9), rng) for _ in range(300)}
     assert max(picks) > 2048 or len(picks) > 250
+
+
+def test_a_nucleus_wider_than_the_first_pool_is_exact() -> None:
+    """5,000 tokens share 96 % of the probability: the nucleus of 0.9 needs ~4,700 of them,
+    more than the first pool of 2,048 and fewer than the second."""
+    logits = np.zeros(30000, dtype=np.float32)
+    logits[:5000] = np.log(0.96 / 5000 * 25000 / 0.04)
+    logits[:5000] += np.random.default_rng(2).normal(0, 0.01, 5000).astype(np.float32)
+    probs = np.exp(log_softmax(logits).astype(np.float64))
+    order = np.argsort(-probs, kind="stable")
+    nucleus = set(order[: int(np.searchsorted(np.cumsum(probs[order]), 0.9)) + 1].tolist())
+    assert 2048 < len(nucleus) < 5000
+    rng = np.random.default_rng(4)
+    picks = {sample(logits, SamplingParams(top_p=0.9), rng) for _ in range(1000)}
+    assert picks <= nucleus and picks - set(order[:2048].tolist())
+
+
+def _draw_by_full_running_sum(weights: np.ndarray, u: float) -> int:
+    cum = np.cumsum(weights.astype(np.float64))
+    return int(np.searchsorted(cum, u * cum[-1], side="right"))
+
+
+@pytest.mark.parametrize("size", [1, 1023, 1024, 5000, 151936])
+def test_a_draw_in_blocks_is_the_draw_by_the_full_running_sum(size: int) -> None:
+    """Whole-vocabulary sampling draws through block sums (fast); it picks what one running
+    sum of every weight picks, weights of 0 and of every magnitude among them."""
+    rng = np.random.default_rng(size)
+    weights = np.exp(rng.normal(0, 4, size)).astype(np.float32)
+    weights[rng.random(size) < 0.3] = 0  # whole stretches of nothing
+    if not weights.any():
+        weights[-1] = 1
+    for u in [0.0, *rng.random(500), np.nextafter(1.0, 0.0)]:
+        expected = _draw_by_full_running_sum(weights, float(u))
+        assert draw(weights, float(u)) == min(expected, int(np.flatnonzero(weights)[-1]))
+
+
+def test_a_draw_never_picks_a_weight_of_zero() -> None:
+    weights = np.zeros(5000, dtype=np.float32)
+    weights[[7, 1500, 4096]] = [1e-30, 2.0, 3e-8]
+    rng = np.random.default_rng(0)
+    picks = {draw(weights, float(u)) for u in [*rng.random(2000), np.nextafter(1.0, 0.0), 0.0]}
+    assert picks <= {7, 1500, 4096} and 1500 in picks
+
+
+def test_whole_vocabulary_sampling_follows_the_distribution() -> None:
+    logits = np.full(3000, -np.inf, dtype=np.float32)
+    logits[[10, 2000, 2999]] = np.log([0.5, 0.3, 0.2])
+    rng = np.random.default_rng(5)
+    picks = [sample(logits, SamplingParams(temperature=1.0), rng) for _ in range(4000)]
+    shares = [picks.count(i) / len(picks) for i in (10, 2000, 2999)]
+    assert np.allclose(shares, [0.5, 0.3, 0.2], atol=0.03) and sum(shares) == 1
 
 
 def test_log_softmax_normalizes() -> None:
