@@ -198,7 +198,7 @@ class UpstreamEngine:
         return self._session
 
     def _url(self, path: str) -> str:
-        return self.name + path  # credentials in the URL go as `auth`
+        return self.name + path  # the URL without credentials (they go as a header)
 
     async def aclose(self) -> None:
         if self._session is not None and self._loop is asyncio.get_running_loop():

@@ -10,7 +10,7 @@ import base64
 import json
 import ssl
 import subprocess
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -112,10 +112,6 @@ async def _text(engine: UpstreamEngine) -> str:
     return "".join([c.text async for c in engine.generate(opened)])
 
 
-def _run(go: Callable[[], Awaitable[None]]) -> None:
-    asyncio.run(go())  # type: ignore[arg-type]
-
-
 def _certificate(tmp_path: Path) -> tuple[Path, ssl.SSLContext]:
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     make = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
@@ -140,7 +136,7 @@ def test_plain_and_tls_streams_on_one_kept_alive_connection(tmp_path: Path) -> N
                 await engine.aclose()
             assert (upstream.requests, upstream.connections) == (3, 1), scheme
 
-    _run(go)
+    asyncio.run(go())
 
 
 def test_a_certificate_nobody_vouches_for_is_refused(tmp_path: Path) -> None:
@@ -155,7 +151,7 @@ def test_a_certificate_nobody_vouches_for_is_refused(tmp_path: Path) -> None:
         assert caught.value.code == "upstream_unreachable"
         assert "certificate" in str(caught.value).lower()
 
-    _run(go)
+    asyncio.run(go())
 
 
 def test_a_kept_alive_connection_closed_as_it_is_taken_is_replaced() -> None:
@@ -168,7 +164,7 @@ def test_a_kept_alive_connection_closed_as_it_is_taken_is_replaced() -> None:
             await engine.aclose()
         assert (upstream.requests, upstream.connections) == (2, 2)
 
-    _run(go)
+    asyncio.run(go())
 
 
 def test_a_stream_left_early_closes_its_connection() -> None:
@@ -188,7 +184,7 @@ def test_a_stream_left_early_closes_its_connection() -> None:
             assert engine.streams == 0
             await engine.aclose()
 
-    _run(go)
+    asyncio.run(go())
 
 
 def test_credentials_in_the_url_are_basic_auth_and_win_over_a_key(
@@ -212,4 +208,4 @@ def test_credentials_in_the_url_are_basic_auth_and_win_over_a_key(
         basic = b"Basic " + base64.b64encode(b"us@er:p:ss")
         assert upstream.authorization == [basic, b"Bearer k-123"]
 
-    _run(go)
+    asyncio.run(go())
