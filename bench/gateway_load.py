@@ -16,6 +16,9 @@ round, ramps included, alike on every path). Every round is run direct, through 
 false`, then with `store: true` (then through LiteLLM), in turn, `--reps` times; the table gives
 medians and the spread, each TTFT with what it adds to direct's, and how many of the tokens asked
 for each path delivered (a stream cut short is reported, not averaged in).
+Tokens are counted as they reach the client: each of the upstream's has one `~` in its text,
+and a Responses stream is read up to its `output_text.done` (after which it repeats the text),
+so a delta that carries several tokens counts as many.
 
 `--litellm` runs LiteLLM's proxy from a venv of its own (`make litellm`; it is no dependency of
 oars), with its own CLI (`litellm --config --host --port`) and its default of one uvicorn worker,
@@ -93,7 +96,7 @@ async def serve(reader, writer):
             writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
                          b"transfer-encoding: chunked\r\n\r\n")
             for i in range(tokens):
-                writer.write(framed(chunk(" " + WORDS[i % len(WORDS)] + str(i))))
+                writer.write(framed(chunk(" ~" + WORDS[i % len(WORDS)] + str(i))))
                 if rate:
                     await asyncio.sleep(1 / rate)
                 elif i % 16 == 15:
@@ -122,21 +125,28 @@ try:
 except ImportError:
     pass
 
-port, path, body, marker, n = int(sys.argv[1]), sys.argv[2], sys.argv[3].encode(), sys.argv[4].encode(), int(sys.argv[5])
-stagger, each = float(sys.argv[6]), int(sys.argv[7])
+port, path, body, n = int(sys.argv[1]), sys.argv[2], sys.argv[3].encode(), int(sys.argv[4])
+stagger, each = float(sys.argv[5]), int(sys.argv[6])
+# every token of the upstream has one "~"; a Responses stream repeats the text after its deltas
+TOKEN, STOP = b"~", b"output_text.done"
 
 async def one():
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     start = time.perf_counter()
     writer.write(b"POST " + path.encode() + b" HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
                  b"connection: close\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
-    first, count, tail = 0.0, 0, b""
+    first, count, tail, done = 0.0, 0, b"", False
     while data := await reader.read(65536):
-        seen = (tail + data).count(marker) - tail.count(marker)
+        if done:
+            continue
+        end = (tail + data).find(STOP)
+        if end >= 0:
+            done, data = True, data[: max(0, end - len(tail))]
+        seen = data.count(TOKEN)
         if seen and not first:
             first = time.perf_counter()
         count += seen
-        tail = data[-len(marker):]
+        tail = data[-len(STOP):]
     writer.close()
     return first - start, count, time.perf_counter()
 
@@ -195,9 +205,9 @@ def _start_litellm(folder: str, up_port: int, port: int) -> subprocess.Popen[byt
 
 
 def _round(
-    port: int, path: str, body: dict[str, object], marker: str, n: int, stagger: float, each: int
+    port: int, path: str, body: dict[str, object], n: int, stagger: float, each: int
 ) -> dict[str, Any]:
-    argv = [str(port), path, json.dumps(body), marker, str(n), str(stagger), str(each)]
+    argv = [str(port), path, json.dumps(body), str(n), str(stagger), str(each)]
     out = subprocess.run(
         [sys.executable, "-c", CLIENT, *argv],
         capture_output=True,
@@ -255,40 +265,35 @@ def main() -> None:
                 responses: dict[str, object] = {"model": "m", "input": "x", "stream": True}
                 responses.update(temperature=0)
                 responses.update(top_p=1, seed=seed, max_output_tokens=args.tokens)
-                delta = "event: response.output_text.delta"
-                paths: dict[str, tuple[int, str, dict[str, object], str, list[int]]] = {
-                    "direct": (up_port, "/v1/chat/completions", direct, '"content": " ', []),
+                paths: dict[str, tuple[int, str, dict[str, object], list[int]]] = {
+                    "direct": (up_port, "/v1/chat/completions", direct, []),
                     "store off": (
                         oars_port,
                         "/v1/responses",
                         {**responses, "store": False},
-                        delta,
                         oars_pids,
                     ),
                     "store on": (
                         oars_port,
                         "/v1/responses",
                         {**responses, "store": True},
-                        delta,
                         oars_pids,
                     ),
                 }
                 if litellm:
-                    # LiteLLM's frames have no `event:` line: `data: {"type":"response.output_...`
                     paths["litellm"] = (
                         litellm_port,
                         "/v1/responses",
                         {**responses, "store": False},
-                        '"type":"response.output_text.delta"',
                         litellm_pids,
                     )
                 results: dict[str, list[dict[str, Any]]] = {k: [] for k in paths}
                 # paced: `n` users, arriving over one stream's length, two streams each
                 stagger, each = (args.tokens / rate, 2) if rate else (0.0, 1)
                 for rep in range(args.reps + 1):  # the first round warms up
-                    for name, (port, path, body, marker, pids) in paths.items():
+                    for name, (port, path, body, pids) in paths.items():
                         before = sum(_cpu(p) for p in pids)
-                        result = _round(port, path, body, marker, n, stagger, each)
+                        result = _round(port, path, body, n, stagger, each)
                         result["cpu"] = sum(_cpu(p) for p in pids) - before
                         if rep:
                             results[name].append(result)

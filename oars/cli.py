@@ -138,6 +138,14 @@ def _parser() -> argparse.ArgumentParser:
         "replica NAME/i, sharing the store)",
     )
     serve.add_argument(
+        "--upstream-reads",
+        type=float,
+        default=float(_env("UPSTREAM_READS", "1000")),
+        help="reads a second shared among the open upstream streams (default 1000): with S "
+        "streams each is read at most every S/N s (at most 50 ms apart), what came between "
+        "going on as one delta; 0: every chunk as it comes",
+    )
+    serve.add_argument(
         "--max-body-bytes",
         type=int,
         default=int(_env("MAX_BODY_BYTES", str(64 * 2**20))),
@@ -283,7 +291,7 @@ def _serve(
     from oars import logs
     from oars.engines import Engine
     from oars.engines.replicas import ReplicaSet
-    from oars.engines.upstream import replica_name
+    from oars.engines.upstream import Pacing, replica_name
     from oars.http import create_app
     from oars.http.app import default_replica
     from oars.http.common import Limits
@@ -327,10 +335,11 @@ def _serve(
             flush=True,
         )
         engines[engine.info.id] = engine
+    pacing = Pacing(args.upstream_reads)  # one for the process: its streams share the loop
     for config in upstreams:
         if config.model in engines:
             raise SetupError(f"the model {config.model!r} is served twice")
-        engines[config.model] = ReplicaSet(config)
+        engines[config.model] = ReplicaSet(config, pacing)
     home = oars_home()
     spec = args.store or str(home / "oars.db")
     store = None if spec == "none" else SqlStore(spec)

@@ -31,7 +31,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from oars.engines.base import ModelInfo, Opened
-from oars.engines.upstream import UpstreamConfig, UpstreamEngine, UpstreamOpened
+from oars.engines.upstream import Pacing, UpstreamConfig, UpstreamEngine, UpstreamOpened
 from oars.errors import UpstreamError
 from oars.generation import EngineChunk, EngineRequest
 
@@ -66,10 +66,10 @@ class ReplicaEvent:
 class ReplicaSet:
     """An engine over the replicas of one upstream model (one replica: a plain upstream)."""
 
-    def __init__(self, config: UpstreamConfig) -> None:
+    def __init__(self, config: UpstreamConfig, pacing: Pacing | None = None) -> None:
         self.config = config
         self.info = ModelInfo(config.model, owned_by="upstream", modalities=config.modalities)
-        self.replicas = [Replica(UpstreamEngine(config, url)) for url in config.urls]
+        self.replicas = [Replica(UpstreamEngine(config, url, pacing)) for url in config.urls]
         self.observe: Callable[[ReplicaEvent], None] | None = None
         self._checks: asyncio.Task[None] | None = None
 

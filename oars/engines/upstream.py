@@ -147,6 +147,37 @@ class UpstreamOpened(Opened):
 KEEPALIVE_SECONDS = 4.0
 
 
+_LEAST_WAIT = 0.001  # a read due sooner than this is not put off
+
+
+class Pacing:
+    """How often the streams of a process's upstreams are read: `reads_per_second` shared among
+    the streams open at the time, so that with S of them each is read at most every
+    S / `reads_per_second` seconds, never more than `longest` apart. What came between two reads
+    of a stream goes on as one chunk (one delta event, one write to the client). Read a token at
+    a time, each token woke the stream's reader and its client's and was a send of its own: 64
+    paced streams spaced out cost two fifths less CPU a token, and a busy loop is what delays
+    every new stream's first token (docs/benchmarks.md). A stream is read as it comes until its
+    first output (a role's chunk is none). 0: every chunk as it comes."""
+
+    def __init__(self, reads_per_second: float = 0.0, longest: float = 0.05) -> None:
+        self.reads_per_second, self.longest = reads_per_second, longest
+        self.streams = 0
+
+    def interval(self) -> float:
+        """The least time between two reads of one stream now."""
+        if self.reads_per_second <= 0:
+            return 0.0
+        return min(self.longest, self.streams / self.reads_per_second)
+
+    async def wait(self, read_at: float) -> None:
+        """Until a stream read at `read_at` (the loop's time) may be read again."""
+        loop = asyncio.get_running_loop()
+        wait = read_at + self.interval() - loop.time()
+        if wait > _LEAST_WAIT:
+            await asyncio.sleep(wait)
+
+
 class UpstreamEngine:
     """One upstream server (one replica of a model: `url`, by default the config's first).
     Requests run concurrently: no lock, one pooled HTTP client per event loop.
@@ -157,8 +188,11 @@ class UpstreamEngine:
     Python, a chunk at a time) it was 2.5× with an asyncio network backend under httpcore, 3.7×
     without."""
 
-    def __init__(self, config: UpstreamConfig, url: str | None = None) -> None:
+    def __init__(
+        self, config: UpstreamConfig, url: str | None = None, pacing: Pacing | None = None
+    ) -> None:
         self.config = config
+        self.pacing = pacing or Pacing()
         self.url = url or config.url
         self.name = replica_name(self.url)
         self.info = ModelInfo(config.model, owned_by="upstream", modalities=config.modalities)
@@ -324,16 +358,25 @@ class UpstreamEngine:
         assert isinstance(opened, UpstreamOpened) and opened.response is not None
         response, reader = opened.response, _ChunkReader()
         self.streams += 1
+        self.pacing.streams += 1
         try:
             timeouts = (self.config.first_byte_timeout, self.config.idle_timeout)
+            loop = asyncio.get_running_loop()
             async with contextlib.aclosing(_sse_data(response, *timeouts)) as stream:
                 async for payloads in stream:
+                    read_at = loop.time()
                     done = b"[DONE]" in payloads
-                    for data in payloads[: payloads.index(b"[DONE]")] if done else payloads:
-                        for chunk in reader.read(_json_object(data)):
-                            yield chunk
+                    read = [
+                        chunk
+                        for data in (payloads[: payloads.index(b"[DONE]")] if done else payloads)
+                        for chunk in reader.read(_json_object(data))
+                    ]
+                    for chunk in _merged(read):
+                        yield chunk
                     if done:
                         break
+                    if read:  # output went on (not a role's chunk): the next read waits its turn
+                        await self.pacing.wait(read_at)
             *rest, last = reader.finish()
             for chunk in rest:
                 yield chunk
@@ -344,9 +387,48 @@ class UpstreamEngine:
             yield last
         finally:
             self.streams -= 1
+            self.pacing.streams -= 1
             # read to its end: the connection goes back to the pool; else (a client that left,
             # a stream that broke) it is closed, which stops the upstream's generation now
             response.release()
+
+
+def _merged(chunks: list[EngineChunk]) -> list[EngineChunk]:
+    """A read's chunks with each run of plain text, or of reasoning, made one chunk. Under load
+    a read brings several tokens of a stream; each chunk is a pass through the step, the
+    builder, the log and the client's stream, while the tokens of one are one delta event."""
+    if len(chunks) < 2:
+        return chunks
+    out = [chunks[0]]
+    for chunk in chunks[1:]:
+        last = out[-1]
+        kind = _run_kind(chunk)
+        if kind is None or kind != _run_kind(last):
+            out.append(chunk)
+        elif kind == "text":
+            joined = last.text + chunk.text
+            logprobs = last.logprobs + chunk.logprobs
+            out[-1] = EngineChunk(joined, last.num_tokens + chunk.num_tokens, logprobs)
+        else:
+            segment = Segment(SegmentKind.REASONING, last.segments[0].text + chunk.segments[0].text)
+            out[-1] = EngineChunk(
+                num_tokens=last.num_tokens + chunk.num_tokens, segments=(segment,)
+            )
+    return out
+
+
+def _run_kind(chunk: EngineChunk) -> str | None:
+    """ "text" or "reasoning" for a chunk that may join its neighbour of the same kind."""
+    if chunk.finish is not None or chunk.usage is not None:
+        return None
+    if not chunk.segments:
+        # whitespace alone stays apart: between two items the builder drops it, in a message
+        # it keeps it, and which one depends on what follows it
+        return "text" if chunk.text and not chunk.text.isspace() else None
+    if chunk.text or len(chunk.segments) != 1:
+        return None
+    segment = chunk.segments[0]
+    return "reasoning" if segment.kind is SegmentKind.REASONING and not segment.name else None
 
 
 def _rejection(status: int, reason: str, body: bytes, where: str) -> ClientError | EngineError:

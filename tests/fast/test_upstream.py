@@ -8,13 +8,20 @@ import json
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from typing import Any
 
 import httpx
 import pytest
 
 from oars.engines import Engine
-from oars.engines.upstream import UpstreamConfig, UpstreamEngine, load_upstreams, upstream_arg
+from oars.engines.upstream import (
+    Pacing,
+    UpstreamConfig,
+    UpstreamEngine,
+    load_upstreams,
+    upstream_arg,
+)
 from oars.generation import ChatMessage, EngineRequest, SamplingParams
 from oars.http import create_app
 from oars.service import ResponsesService
@@ -198,7 +205,8 @@ def test_api_key_comes_from_the_named_environment_variable(
 
 
 def test_plain_text_stream(upstream: Replay) -> None:
-    upstream.play(text_stream(["Hel", "lo", " world"]))
+    # chunks that come apart go out apart, each a delta as it is read
+    upstream.play(replace(text_stream(["Hel", "lo", " world"]), chunk_delay=0.05))
     events = _stream(upstream.url, {"input": "x"})
     response = _final(events)
     assert response["status"] == "completed"
@@ -206,6 +214,50 @@ def test_plain_text_stream(upstream: Replay) -> None:
     deltas = [e["delta"] for e in events if e["type"] == "response.output_text.delta"]
     assert deltas == ["Hel", "lo", " world"]
     assert response["usage"]["input_tokens"] == 7 and response["usage"]["output_tokens"] == 3
+
+
+def _paced(url: str, interval: float) -> dict[str, Engine]:
+    """An engine whose streams are read `interval` seconds apart (one stream open)."""
+    config = UpstreamConfig("up", url, idle_timeout=2.0)
+    return {"up": UpstreamEngine(config, pacing=Pacing(1 / interval, longest=interval))}
+
+
+def test_chunks_read_at_once_are_one_delta(upstream: Replay) -> None:
+    """Reads spaced out: what came between two reads is one delta, but for whitespace alone
+    (which the builder drops between items). The first output is not put off: the role's
+    chunk before it, which brings none, does not start the spacing."""
+    upstream.play(replace(text_stream(["Hel", "lo", " ", "world", "!"]), chunk_delay=0.1))
+    events = _stream(upstream.url, {"input": "x"}, engines=_paced(upstream.url, 0.8))
+    response = _final(events)
+    assert response["output"][0]["content"][0]["text"] == "Hello world!"
+    deltas = [e["delta"] for e in events if e["type"] == "response.output_text.delta"]
+    assert deltas == ["Hel", "lo", " ", "world!"]
+    assert response["usage"]["output_tokens"] == 5
+
+
+def test_reasoning_read_at_once_is_one_delta_and_the_answer_is_as_read_apart(
+    upstream: Replay,
+) -> None:
+    scenario = recorded("vllm_reasoning_field")  # "\n\n", then "4", after the reasoning
+    upstream.play(replace(scenario, chunk_delay=0.02))
+    apart = _final(_stream(upstream.url, {"input": "x"}))
+    upstream.play(scenario)
+    events = _stream(upstream.url, {"input": "x"}, engines=_paced(upstream.url, 0.4))
+    together = _final(events)
+    assert together["output"][1]["content"] == apart["output"][1]["content"]
+    assert together["output"][1]["content"][0]["text"] == "4"
+    reasoning = [e["delta"] for e in events if e["type"] == "response.reasoning_text.delta"]
+    assert "".join(reasoning) == "".join(_deltas(scenario, "reasoning")) and len(reasoning) < 5
+
+
+def test_pacing_shares_its_reads_among_the_open_streams() -> None:
+    pacing = Pacing(2000, longest=0.05)
+    assert pacing.interval() == 0.0
+    pacing.streams = 64
+    assert pacing.interval() == pytest.approx(0.032)
+    pacing.streams = 500
+    assert pacing.interval() == 0.05
+    assert Pacing(0).interval() == 0.0
 
 
 REASONING_DIALECTS = [
@@ -665,7 +717,7 @@ def test_a_stream_reads_the_same_however_its_body_is_framed(upstream: Replay, fr
     compressed: an uncompressed body is read from the connection's stream directly, a
     compressed one through httpx's decoder."""
     pieces = ["Hel", "lo", " the", "re", ", wor", "ld"]
-    upstream.play(Scenario(text_stream(pieces).chunks, framing=framing))
+    upstream.play(Scenario(text_stream(pieces).chunks, framing=framing, chunk_delay=0.02))
     events = _stream(upstream.url, {"input": "x"})
     deltas = [e["delta"] for e in events if e["type"] == "response.output_text.delta"]
     assert deltas == pieces
