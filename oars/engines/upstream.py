@@ -170,12 +170,23 @@ class Pacing:
             return 0.0
         return min(self.longest, self.streams / self.reads_per_second)
 
-    async def wait(self, read_at: float) -> None:
-        """Until a stream read at `read_at` (the loop's time) may be read again."""
+    async def wait(self, read_at: float, response: aiohttp.ClientResponse) -> None:
+        """Until a stream read at `read_at` (the loop's time) may be read again. Its socket is
+        not read meanwhile: what arrives waits in the kernel, and comes in one read after."""
         loop = asyncio.get_running_loop()
         wait = read_at + self.interval() - loop.time()
-        if wait > _LEAST_WAIT:
+        if wait <= _LEAST_WAIT:
+            return
+        connection = response.connection
+        protocol = connection.protocol if connection is not None else None
+        if protocol is None or protocol.transport is None:
             await asyncio.sleep(wait)
+            return
+        protocol.pause_reading()
+        try:
+            await asyncio.sleep(wait)
+        finally:
+            protocol.resume_reading()
 
 
 class UpstreamEngine:
@@ -376,7 +387,7 @@ class UpstreamEngine:
                     if done:
                         break
                     if read:  # output went on (not a role's chunk): the next read waits its turn
-                        await self.pacing.wait(read_at)
+                        await self.pacing.wait(read_at, response)
             *rest, last = reader.finish()
             for chunk in rest:
                 yield chunk
