@@ -446,7 +446,7 @@ def _write(conn: Connection, writes: Writes) -> None:
 def _begin(conn: Connection, begun: Sequence[NewResponse]) -> None:
     now = time.time()
     conn.execute(
-        insert(responses),
+        _INSERT_RESPONSES,
         [
             {
                 "id": new.response.id,
@@ -466,7 +466,7 @@ def _begin(conn: Connection, begun: Sequence[NewResponse]) -> None:
     )
     rows = [row for new in begun for row in _item_rows(new.response.id, "input", new.input_items)]
     if rows:
-        conn.execute(insert(response_items), rows)
+        conn.execute(_INSERT_ITEMS, rows)
 
 
 def _log(conn: Connection, logged: Sequence[Logged]) -> None:
@@ -482,7 +482,7 @@ def _log(conn: Connection, logged: Sequence[Logged]) -> None:
         if batch.events
     ]
     if rows:
-        conn.execute(insert(response_logs), rows)
+        conn.execute(_INSERT_LOGS, rows)
 
 
 def _end(conn: Connection, finished: Sequence[Finished]) -> None:
@@ -500,11 +500,7 @@ def _end(conn: Connection, finished: Sequence[Finished]) -> None:
             for done in finished
         ],
     )
-    kept = conn.execute(
-        select(responses.c.id, responses.c.conversation_id).where(
-            responses.c.id.in_([done.response_id for done in finished])
-        )
-    )
+    kept = conn.execute(_KEPT, {"ids": [done.response_id for done in finished]})
     conversation_of: dict[str, str | None] = {row.id: row.conversation_id for row in kept}
     # one deleted while it ran (from another replica): leave nothing of it behind
     finished = [done for done in finished if done.response_id in conversation_of]
@@ -512,18 +508,14 @@ def _end(conn: Connection, finished: Sequence[Finished]) -> None:
         return
     ids = [done.response_id for done in finished]
     _log(conn, [Logged(done.response_id, done.events) for done in finished])
-    conn.execute(
-        delete(response_items).where(
-            and_(response_items.c.response_id.in_(ids), response_items.c.kind == "output")
-        )
-    )
+    conn.execute(_DELETE_OUTPUTS, {"ids": ids})
     outputs = [
         row
         for done in finished
         for row in _item_rows(done.response_id, "output", done.snapshot["output"])
     ]
     if outputs:
-        conn.execute(insert(response_items), outputs)
+        conn.execute(_INSERT_ITEMS, outputs)
     for done in finished:
         conversation_id = conversation_of[done.response_id]
         if done.conversation_items and conversation_id is not None:
@@ -586,6 +578,20 @@ def _add_items(conn: Connection, conversation_id: str, items: Sequence[Json]) ->
     conn.execute(insert(conversation_items), rows)
 
 
+# The statements of the writer's transactions, built once: a statement built per call costs more
+# of SQLAlchemy's time (coercion, a cache key) than SQLite's own.
+_INSERT_RESPONSES = insert(responses)
+_INSERT_ITEMS = insert(response_items)
+_INSERT_LOGS = insert(response_logs)
+_KEPT = select(responses.c.id, responses.c.conversation_id).where(
+    responses.c.id.in_(bindparam("ids", expanding=True))
+)
+_DELETE_OUTPUTS = delete(response_items).where(
+    and_(
+        response_items.c.response_id.in_(bindparam("ids", expanding=True)),
+        response_items.c.kind == "output",
+    )
+)
 _SET_SNAPSHOT = (
     update(responses)
     .where(responses.c.id == bindparam("_id"))
