@@ -410,12 +410,12 @@ def _merged(chunks: list[EngineChunk]) -> list[EngineChunk]:
     builder, the log and the client's stream, while the tokens of one are one delta event."""
     if len(chunks) < 2:
         return chunks
-    out = [chunks[0]]
+    out, last_kind = [chunks[0]], _run_kind(chunks[0])
     for chunk in chunks[1:]:
-        last = out[-1]
-        kind = _run_kind(chunk)
-        if kind is None or kind != _run_kind(last):
+        last, kind = out[-1], _run_kind(chunk)
+        if kind is None or kind != last_kind:
             out.append(chunk)
+            last_kind = kind
         elif kind == "text":
             joined = last.text + chunk.text
             logprobs = last.logprobs + chunk.logprobs

@@ -48,8 +48,9 @@ def upstream() -> Any:
         yield replay
 
 
-def _engine(url: str, **options: Any) -> UpstreamEngine:
-    return UpstreamEngine(UpstreamConfig("up", url, **{"idle_timeout": 2.0, **options}))
+def _engine(url: str, pacing: Pacing | None = None, **options: Any) -> UpstreamEngine:
+    config = UpstreamConfig("up", url, **{"idle_timeout": 2.0, **options})
+    return UpstreamEngine(config, pacing=pacing)
 
 
 def _call(
@@ -218,8 +219,7 @@ def test_plain_text_stream(upstream: Replay) -> None:
 
 def _paced(url: str, interval: float) -> dict[str, Engine]:
     """An engine whose streams are read `interval` seconds apart (one stream open)."""
-    config = UpstreamConfig("up", url, idle_timeout=2.0)
-    return {"up": UpstreamEngine(config, pacing=Pacing(1 / interval, longest=interval))}
+    return {"up": _engine(url, Pacing(1 / interval, longest=interval))}
 
 
 def test_chunks_read_at_once_are_one_delta(upstream: Replay) -> None:

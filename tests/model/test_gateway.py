@@ -116,6 +116,47 @@ def test_codex_through_the_gateway(gateway: str, tmp_path: Path) -> None:
     test_codex.test_codex_text_turn(gateway, tmp_path)
 
 
+@pytest.fixture(scope="module")
+def spaced_gateway(tmp_path_factory: pytest.TempPathFactory, llama_upstream: str) -> Iterator[str]:
+    """The gateway reading its upstream's stream at most every 50 ms (20 reads a second, one
+    stream open), as it does under load."""
+    folder = tmp_path_factory.mktemp("spaced")
+    yield from _serve(
+        tmp_path_factory,
+        "--upstreams",
+        str(upstreams_file(folder, llama_upstream)),
+        "--temperature",
+        "0",
+        "--upstream-reads",
+        "20",
+    )
+
+
+def test_reads_spaced_out_give_the_text_read_token_by_token(
+    gateway: str, spaced_gateway: str
+) -> None:
+    """Each read of the upstream's stream waits 50 ms (its socket paused meanwhile): the text
+    and its deltas are those read as they come, after a first request that warms the
+    upstream's prompt cache (a cold prompt can decode otherwise). The upstream sends a token
+    every 30-60 ms here, so a read brings one or two: how many join varies from run to run
+    (none to three of 19 tokens); the fast tests pin the join itself."""
+    body = {
+        "model": MODEL,
+        "input": "Write the numbers from one to twenty in words, separated by commas.",
+        "max_output_tokens": 40,
+    }
+    every: list[list[str]] = []
+    for server in (gateway, gateway, spaced_gateway):
+        events = _events(stream(server, body))
+        every.append([e["delta"] for e in events if e["type"] == "response.output_text.delta"])
+        final = events[-1]["response"]
+        assert final["output"][0]["content"][0]["text"] == "".join(every[-1])
+    _, as_they_came, spaced = every
+    assert "".join(spaced) == "".join(as_they_came)
+    assert all(spaced) and len(spaced) <= len(as_they_came)
+    assert final["usage"]["output_tokens"] >= 10, final["usage"]
+
+
 # ---- two replicas, one PostgreSQL, one upstream ----------------------------------------------
 
 
