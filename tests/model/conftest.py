@@ -117,14 +117,16 @@ def upstreams_file(folder: Path, upstream: str) -> Path:
 def gateway(tmp_path_factory: pytest.TempPathFactory, llama_upstream: str) -> Iterator[str]:
     """`oars serve --upstreams …` in front of `llama_upstream` (temperature 0 by default, as
     the agent server)."""
+    yield from serve_gateway(tmp_path_factory, llama_upstream)
+
+
+def serve_gateway(
+    tmp_path_factory: pytest.TempPathFactory, upstream: str, *args: str
+) -> Iterator[str]:
+    """`oars serve --upstreams …` in front of `upstream`, temperature 0, with `args`."""
     folder = tmp_path_factory.mktemp("gateway")
-    yield from _serve(
-        tmp_path_factory,
-        "--upstreams",
-        str(upstreams_file(folder, llama_upstream)),
-        "--temperature",
-        "0",
-    )
+    upstreams = str(upstreams_file(folder, upstream))
+    yield from _serve(tmp_path_factory, "--upstreams", upstreams, "--temperature", "0", *args)
 
 
 # The servers' reasoning key, so tests can seal reasoning the way a client would get it back.

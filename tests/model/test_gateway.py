@@ -16,7 +16,7 @@ import pytest
 from oars.validator import validate_sse
 from tests.conftest import new_database
 from tests.model import test_clients, test_codex
-from tests.model.conftest import MODEL, _serve, stream, upstreams_file
+from tests.model.conftest import MODEL, _serve, serve_gateway, stream, upstreams_file
 
 pytestmark = pytest.mark.model
 
@@ -120,16 +120,7 @@ def test_codex_through_the_gateway(gateway: str, tmp_path: Path) -> None:
 def spaced_gateway(tmp_path_factory: pytest.TempPathFactory, llama_upstream: str) -> Iterator[str]:
     """The gateway reading its upstream's stream at most every 50 ms (20 reads a second, one
     stream open), as it does under load."""
-    folder = tmp_path_factory.mktemp("spaced")
-    yield from _serve(
-        tmp_path_factory,
-        "--upstreams",
-        str(upstreams_file(folder, llama_upstream)),
-        "--temperature",
-        "0",
-        "--upstream-reads",
-        "20",
-    )
+    yield from serve_gateway(tmp_path_factory, llama_upstream, "--upstream-reads", "20")
 
 
 def test_reads_spaced_out_give_the_text_read_token_by_token(
