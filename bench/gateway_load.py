@@ -7,7 +7,9 @@ CPU a token, read straight from an upstream, through `oars serve` (store off, st
 
 The upstream (`--rates 0`: as fast as it can; else that many chunks a second per stream, each
 chunk a different word) and the clients run in processes of their own, on raw sockets, so the
-figures are the gateway's, not httpx's. The upstream keeps its connections alive (chunked
+figures are the gateway's, not httpx's. Paced, the upstream keeps to a schedule (chunk i at
+i/rate s after the first): a wake-up that comes late does not put off the chunks after it, as
+an engine on machines of its own keeps its pace whatever the gateway in front of it does. The upstream keeps its connections alive (chunked
 bodies), as vLLM's and llama.cpp's servers do; each client stream connects anew. Unpaced, the `--streams` requests start at once (what
 one process saturates at, and how late the last of a burst starts). Paced, they are a load: as
 many users, arriving evenly over one stream's length, each sending two streams back to back,
@@ -95,10 +97,12 @@ async def serve(reader, writer):
             tokens, rate = body.get("max_tokens") or 400, float(body.get("seed") or 0) / 1000
             writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
                          b"transfer-encoding: chunked\r\n\r\n")
+            start = asyncio.get_running_loop().time()
             for i in range(tokens):
                 writer.write(framed(chunk(" ~" + WORDS[i % len(WORDS)] + str(i))))
-                if rate:
-                    await asyncio.sleep(1 / rate)
+                if rate:  # on a schedule: a late wake-up does not put off every later token
+                    late = asyncio.get_running_loop().time() - start
+                    await asyncio.sleep(max(0.0, (i + 1) / rate - late))
                 elif i % 16 == 15:
                     await writer.drain()
             writer.write(framed(END) + b"0\r\n\r\n")
