@@ -9,9 +9,10 @@ The upstream (`--rates 0`: as fast as it can; else that many chunks a second per
 chunk a different word) and the clients run in processes of their own, on raw sockets, so the
 figures are the gateway's, not httpx's. Paced, the upstream keeps to a schedule (chunk i at
 i/rate s after the first): a wake-up that comes late does not put off the chunks after it, as
-an engine on machines of its own keeps its pace whatever the gateway in front of it does. The upstream keeps its connections alive (chunked
-bodies), as vLLM's and llama.cpp's servers do; each client stream connects anew. Unpaced, the `--streams` requests start at once (what
-one process saturates at, and how late the last of a burst starts). Paced, they are a load: as
+an engine on machines of its own keeps its pace whatever the gateway in front of it does. The
+upstream keeps its connections alive (chunked bodies), as vLLM's and llama.cpp's servers do;
+each client stream connects anew. Unpaced, the `--streams` requests start at once (what one
+process saturates at, and how late the last of a burst starts). Paced, they are a load: as
 many users, arriving evenly over one stream's length, each sending two streams back to back,
 so that `--streams` streams run at once in the middle of the round (tokens/s is over the whole
 round, ramps included, alike on every path). Every round is run direct, through oars with `store:

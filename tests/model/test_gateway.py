@@ -127,10 +127,10 @@ def test_reads_spaced_out_give_the_text_read_token_by_token(
     gateway: str, spaced_gateway: str
 ) -> None:
     """Each read of the upstream's stream waits 50 ms (its socket paused meanwhile): the text
-    and its deltas are those read as they come, after a first request that warms the
-    upstream's prompt cache (a cold prompt can decode otherwise). The upstream sends a token
-    every 30-60 ms here, so a read brings one or two: how many join varies from run to run
-    (none to three of 19 tokens); the fast tests pin the join itself."""
+    is the one read as it comes (after a first request that warms the upstream's prompt
+    cache: a cold prompt can decode otherwise), and the deltas make it up. A read brings one
+    token or a few; how many join varies from run to run (none to three of 19 tokens, none in
+    3 runs of 11), so the fast tests pin the join itself."""
     body = {
         "model": MODEL,
         "input": "Write the numbers from one to twenty in words, separated by commas.",
