@@ -521,9 +521,7 @@ def _end(conn: Connection, finished: Sequence[Finished]) -> None:
         if done.conversation_items and conversation_id is not None:
             _add_items(conn, conversation_id, done.conversation_items)
             conn.execute(
-                update(conversations)
-                .where(conversations.c.id == conversation_id)
-                .values(served_by=done.served_by)
+                _SET_CONVERSATION_SERVER, {"_id": conversation_id, "_served_by": done.served_by}
             )
 
 
@@ -557,14 +555,8 @@ def _add_items(conn: Connection, conversation_id: str, items: Sequence[Json]) ->
         return
     # Turns of one conversation may end together on several replicas: the conversation's row
     # lock orders their appends (SQLite serializes writers anyway).
-    conn.execute(
-        select(conversations.c.id).where(conversations.c.id == conversation_id).with_for_update()
-    )
-    last = conn.execute(
-        select(func.max(conversation_items.c.position)).where(
-            conversation_items.c.conversation_id == conversation_id
-        )
-    ).scalar()
+    conn.execute(_LOCK_CONVERSATION, {"_conversation": conversation_id})
+    last = conn.execute(_LAST_POSITION, {"_conversation": conversation_id}).scalar()
     start = 0 if last is None else int(last) + 1
     rows = [
         {
@@ -575,7 +567,7 @@ def _add_items(conn: Connection, conversation_id: str, items: Sequence[Json]) ->
         }
         for i, item in enumerate(items)
     ]
-    conn.execute(insert(conversation_items), rows)
+    conn.execute(_INSERT_CONVERSATION_ITEMS, rows)
 
 
 # The statements of the writer's transactions, built once: a statement built per call costs more
@@ -591,6 +583,20 @@ _DELETE_OUTPUTS = delete(response_items).where(
         response_items.c.response_id.in_(bindparam("ids", expanding=True)),
         response_items.c.kind == "output",
     )
+)
+_LOCK_CONVERSATION = (
+    select(conversations.c.id)
+    .where(conversations.c.id == bindparam("_conversation"))
+    .with_for_update()
+)
+_LAST_POSITION = select(func.max(conversation_items.c.position)).where(
+    conversation_items.c.conversation_id == bindparam("_conversation")
+)
+_INSERT_CONVERSATION_ITEMS = insert(conversation_items)
+_SET_CONVERSATION_SERVER = (
+    update(conversations)
+    .where(conversations.c.id == bindparam("_id"))
+    .values(served_by=bindparam("_served_by"))
 )
 _SET_SNAPSHOT = (
     update(responses)
