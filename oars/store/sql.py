@@ -9,8 +9,11 @@ driver that waited its turn behind every stream's chunks (at 64 paced streams, 4
 ending made transactions of 180-220 ms, and a new response waited behind them); there the loop
 waits for one answer per transaction. SQLite's lane is a plain blocking connection (aiosqlite
 would add a thread hop per statement), PostgreSQL's an event loop running asyncpg. What a
-transaction writes is plain functions of a connection, the same for both lanes and for the
-serving loop's engine (through `run_sync`).
+transaction writes is plain functions of a `_Tx`, the same for both lanes and for the serving
+loop's engine (through `run_sync`): statements built once with SQLAlchemy, compiled once per
+dialect, and run on the driver's cursor. Run through SQLAlchemy's connection, the writer's
+transactions cost 3-5 times the CPU (`bench.store_writes`), all of it holding the GIL beside
+the serving loop.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
@@ -26,19 +30,23 @@ from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 from sqlalchemy import (
+    ClauseElement,
     Connection,
+    Dialect,
     and_,
     bindparam,
-    create_engine,
     delete,
     event,
     func,
     insert,
+    literal_column,
     select,
     update,
 )
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.sql.compiler import SQLCompiler
 
 from oars.errors import StoreUnavailable
 from oars.events.orphan import orphan_ending
@@ -94,11 +102,13 @@ def _guard(method: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Coroutine
         try:
             return await method(*args, **kwargs)
         except (SQLAlchemyError, OSError, TimeoutError, ConnectionError) as exc:
-            raise StoreUnavailable(
-                f"The response store is unavailable: {type(exc).__name__}"
-            ) from exc
+            raise _unavailable(exc) from exc
 
     return guarded
+
+
+def _unavailable(exc: Exception) -> StoreUnavailable:
+    return StoreUnavailable(f"The response store is unavailable: {type(exc).__name__}")
 
 
 def _item_rows(response_id: str, kind: str, items: Sequence[Json]) -> list[dict[str, Any]]:
@@ -317,7 +327,7 @@ class SqlStore:
                     tenant=conversation.tenant,
                 )
             )
-            await conn.run_sync(_add_items, conversation.id, items)
+            await conn.run_sync(_on_tx(_add_items), conversation.id, items)
 
     @_guard
     async def get_conversation(self, conversation_id: str) -> Conversation | None:
@@ -389,7 +399,7 @@ class SqlStore:
             ).first()
             if exists is None:
                 return False
-            await conn.run_sync(_add_items, conversation_id, items)
+            await conn.run_sync(_on_tx(_add_items), conversation_id, items)
         return True
 
     @_guard
@@ -425,14 +435,14 @@ class SqlStore:
 # writer's transactions) or through `run_sync` on the serving loop's engine ----------------------
 
 
-def _write(conn: Connection, writes: Writes) -> None:
+def _write(tx: _Tx, writes: Writes) -> None:
     """One transaction in a few statements, however many responses it carries."""
     if writes.begun:
-        _begin(conn, writes.begun)
-    _log(conn, writes.logged)
+        _begin(tx, writes.begun)
+    _log(tx, writes.logged)
     moved = [(m.response_id, m.snapshot) for m in writes.logged if m.snapshot is not None]
     if moved:
-        conn.execute(
+        tx.execute(
             _SET_SNAPSHOT,
             [
                 {"_id": response_id, "_status": snapshot["status"], "_snapshot": dumps(snapshot)}
@@ -440,12 +450,12 @@ def _write(conn: Connection, writes: Writes) -> None:
             ],
         )
     if writes.finished:
-        _end(conn, writes.finished)
+        _end(tx, writes.finished)
 
 
-def _begin(conn: Connection, begun: Sequence[NewResponse]) -> None:
+def _begin(tx: _Tx, begun: Sequence[NewResponse]) -> None:
     now = time.time()
-    conn.execute(
+    tx.execute(
         _INSERT_RESPONSES,
         [
             {
@@ -466,10 +476,10 @@ def _begin(conn: Connection, begun: Sequence[NewResponse]) -> None:
     )
     rows = [row for new in begun for row in _item_rows(new.response.id, "input", new.input_items)]
     if rows:
-        conn.execute(_INSERT_ITEMS, rows)
+        tx.execute(_INSERT_ITEMS, rows)
 
 
-def _log(conn: Connection, logged: Sequence[Logged]) -> None:
+def _log(tx: _Tx, logged: Sequence[Logged]) -> None:
     """Each batch of events one row."""
     rows = [
         {
@@ -482,13 +492,13 @@ def _log(conn: Connection, logged: Sequence[Logged]) -> None:
         if batch.events
     ]
     if rows:
-        conn.execute(_INSERT_LOGS, rows)
+        tx.execute(_INSERT_LOGS, rows)
 
 
-def _end(conn: Connection, finished: Sequence[Finished]) -> None:
+def _end(tx: _Tx, finished: Sequence[Finished]) -> None:
     # The update comes first: it takes the rows' locks (SQLite's write lock), so that the
     # responses the select then finds stay until this commits, whoever deletes meanwhile.
-    conn.execute(
+    tx.execute(
         _SET_ENDING,
         [
             {
@@ -500,27 +510,27 @@ def _end(conn: Connection, finished: Sequence[Finished]) -> None:
             for done in finished
         ],
     )
-    kept = conn.execute(_KEPT, {"ids": [done.response_id for done in finished]})
-    conversation_of: dict[str, str | None] = {row.id: row.conversation_id for row in kept}
+    conversation_of: dict[str, str | None] = {
+        row[0]: row[1] for done in finished for row in tx.execute(_KEPT, {"_id": done.response_id})
+    }
     # one deleted while it ran (from another replica): leave nothing of it behind
     finished = [done for done in finished if done.response_id in conversation_of]
     if not finished:
         return
-    ids = [done.response_id for done in finished]
-    _log(conn, [Logged(done.response_id, done.events) for done in finished])
-    conn.execute(_DELETE_OUTPUTS, {"ids": ids})
+    _log(tx, [Logged(done.response_id, done.events) for done in finished])
+    tx.execute(_DELETE_OUTPUTS, [{"_id": done.response_id} for done in finished])
     outputs = [
         row
         for done in finished
         for row in _item_rows(done.response_id, "output", done.snapshot["output"])
     ]
     if outputs:
-        conn.execute(_INSERT_ITEMS, outputs)
+        tx.execute(_INSERT_ITEMS, outputs)
     for done in finished:
         conversation_id = conversation_of[done.response_id]
         if done.conversation_items and conversation_id is not None:
-            _add_items(conn, conversation_id, done.conversation_items)
-            conn.execute(
+            _add_items(tx, conversation_id, done.conversation_items)
+            tx.execute(
                 _SET_CONVERSATION_SERVER, {"_id": conversation_id, "_served_by": done.served_by}
             )
 
@@ -547,16 +557,16 @@ def _fail_orphan(conn: Connection, response_id: str, snapshot: Json) -> None:
         select(responses.c.streamed).where(responses.c.id == response_id)
     ).scalar()
     ending, final = orphan_ending(events, snapshot, streamed=bool(streamed))
-    _end(conn, [Finished(response_id, final, ending)])
+    _end(_Tx.of(conn), [Finished(response_id, final, ending)])
 
 
-def _add_items(conn: Connection, conversation_id: str, items: Sequence[Json]) -> None:
+def _add_items(tx: _Tx, conversation_id: str, items: Sequence[Json]) -> None:
     if not items:
         return
     # Turns of one conversation may end together on several replicas: the conversation's row
     # lock orders their appends (SQLite serializes writers anyway).
-    conn.execute(_LOCK_CONVERSATION, {"_conversation": conversation_id})
-    last = conn.execute(_LAST_POSITION, {"_conversation": conversation_id}).scalar()
+    tx.execute(_LOCK_CONVERSATION, {"_conversation": conversation_id})
+    [(last,)] = tx.execute(_LAST_POSITION, {"_conversation": conversation_id})
     start = 0 if last is None else int(last) + 1
     rows = [
         {
@@ -567,7 +577,7 @@ def _add_items(conn: Connection, conversation_id: str, items: Sequence[Json]) ->
         }
         for i, item in enumerate(items)
     ]
-    conn.execute(_INSERT_CONVERSATION_ITEMS, rows)
+    tx.execute(_INSERT_CONVERSATION_ITEMS, rows)
 
 
 # The statements of the writer's transactions, built once: a statement built per call costs more
@@ -576,12 +586,12 @@ _INSERT_RESPONSES = insert(responses)
 _INSERT_ITEMS = insert(response_items)
 _INSERT_LOGS = insert(response_logs)
 _KEPT = select(responses.c.id, responses.c.conversation_id).where(
-    responses.c.id.in_(bindparam("ids", expanding=True))
+    responses.c.id == bindparam("_id")
 )
 _DELETE_OUTPUTS = delete(response_items).where(
     and_(
-        response_items.c.response_id.in_(bindparam("ids", expanding=True)),
-        response_items.c.kind == "output",
+        response_items.c.response_id == bindparam("_id"),
+        response_items.c.kind == literal_column("'output'"),
     )
 )
 _LOCK_CONVERSATION = (
@@ -634,26 +644,99 @@ def _engine(url: str, pool_size: int = 10) -> AsyncEngine:
     )
 
 
+class _Tx:
+    """A transaction at the driver's level: `execute` runs a statement built with SQLAlchemy
+    (compiled once per dialect and set of parameters) on the driver's own cursor, with rows of
+    plain values. The driver's errors become `StoreUnavailable`."""
+
+    def __init__(self, cursor: Any, dialect: Dialect, errors: type[Exception]) -> None:
+        self.cursor, self.dialect, self.errors = cursor, dialect, errors
+
+    @classmethod
+    def of(cls, conn: Connection) -> _Tx:
+        """The transaction `conn` (a connection of SQLAlchemy's) is in."""
+        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        return cls(cursor, conn.dialect, conn.dialect.loaded_dbapi.Error)
+
+    def execute(
+        self, statement: ClauseElement, params: Mapping[str, Any] | Sequence[Mapping[str, Any]]
+    ) -> list[Any]:
+        """Run `statement` with `params` (its rows are returned), or once for each mapping of a
+        non-empty list (nothing is returned)."""
+        first = params if isinstance(params, Mapping) else params[0]
+        sql, names = _compiled(statement, self.dialect, tuple(first))
+        try:
+            if isinstance(params, Mapping):
+                self.cursor.execute(sql, tuple([params[name] for name in names]))
+                return list(self.cursor.fetchall()) if self.cursor.description else []
+            self.cursor.executemany(sql, [tuple([row[name] for name in names]) for row in params])
+            return []
+        except self.errors as exc:
+            raise _unavailable(exc) from exc
+
+
+_COMPILED: dict[tuple[int, str, str, tuple[str, ...]], tuple[str, tuple[str, ...]]] = {}
+
+
+def _compiled(
+    statement: ClauseElement, dialect: Dialect, keys: tuple[str, ...]
+) -> tuple[str, tuple[str, ...]]:
+    """`statement`'s text for `dialect` (only the columns in `keys`, for an insert) and the names
+    of its parameters, in the order the driver takes them."""
+    key = (id(statement), dialect.name, dialect.paramstyle, keys)
+    found = _COMPILED.get(key)
+    if found is None:
+        compiled = statement.compile(dialect=dialect, column_keys=list(keys))
+        # every dialect here takes positional parameters
+        assert isinstance(compiled, SQLCompiler) and compiled.positiontup is not None
+        found = _COMPILED[key] = (str(compiled), tuple(compiled.positiontup))
+    return found
+
+
+def _on_tx(work: Callable[..., T]) -> Callable[..., T]:
+    """`work` of a `_Tx`, run on a connection of SQLAlchemy's (through `run_sync`)."""
+    return lambda conn, *args: work(_Tx.of(conn), *args)
+
+
+_SQLITE = sqlite.dialect()
+
+
 class _ThreadLane:
-    """SQLite's lane: a thread of its own with a plain (blocking) engine, so that a transaction
-    is one hop from the serving loop and none inside. It takes the write lock as it begins
-    (`BEGIN IMMEDIATE`): what it reads, no other connection changes before it commits."""
+    """SQLite's lane: a thread of its own with a plain (blocking) connection of the driver's, so
+    that a transaction is one hop from the serving loop and none inside. It takes the write lock
+    as it begins (`BEGIN IMMEDIATE`): what it reads, no other connection changes before it
+    commits."""
 
     def __init__(self, url: str) -> None:
-        self.engine = create_engine(url.replace("+aiosqlite", "", 1), connect_args={"timeout": 30})
-        event.listen(self.engine, "connect", _sqlite_autocommit)
-        event.listen(self.engine, "begin", _sqlite_begin_immediate)
+        self.path = url.split(":///", 1)[1]
         self.thread = ThreadPoolExecutor(1, thread_name_prefix="store writes")
+        self._conn: sqlite3.Connection | None = None  # opened and used on the lane's thread
 
     async def transaction(self, work: Callable[..., T], *args: Any) -> T:
-        def run() -> T:
-            with self.engine.begin() as conn:
-                return work(conn, *args)
+        return await asyncio.get_running_loop().run_in_executor(self.thread, self.run, work, *args)
 
-        return await asyncio.get_running_loop().run_in_executor(self.thread, run)
+    def run(self, work: Callable[..., T], *args: Any) -> T:
+        """A transaction of `work`'s, on the lane's thread."""
+        try:
+            if self._conn is None:
+                self._conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+                _sqlite_pragmas(self._conn, None)
+            cursor = self._conn.cursor()
+            cursor.execute("BEGIN IMMEDIATE")
+            try:
+                result = work(_Tx(cursor, _SQLITE, sqlite3.Error), *args)
+                cursor.execute("COMMIT")
+            except BaseException:
+                if self._conn.in_transaction:
+                    self._conn.rollback()
+                raise
+            return result
+        except sqlite3.Error as exc:
+            raise _unavailable(exc) from exc
 
     async def close(self) -> None:
-        await asyncio.get_running_loop().run_in_executor(self.thread, self.engine.dispose)
+        if self._conn is not None:
+            await asyncio.get_running_loop().run_in_executor(self.thread, self._conn.close)
         self.thread.shutdown()
 
 
@@ -672,7 +755,7 @@ class _LoopLane:
     async def transaction(self, work: Callable[..., T], *args: Any) -> T:
         async def run() -> T:
             async with self.engine.begin() as conn:
-                return await conn.run_sync(work, *args)
+                return await conn.run_sync(_on_tx(work), *args)
 
         return await self._on_lane(run())
 
@@ -685,15 +768,6 @@ class _LoopLane:
         self.loop.call_soon_threadsafe(self.loop.stop)
         await asyncio.to_thread(self.thread.join)
         self.loop.close()
-
-
-def _sqlite_autocommit(dbapi_conn: Any, _record: Any) -> None:
-    _sqlite_pragmas(dbapi_conn, _record)
-    dbapi_conn.isolation_level = None  # the driver begins nothing itself: `_sqlite_begin_immediate`
-
-
-def _sqlite_begin_immediate(conn: Connection) -> None:
-    conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
