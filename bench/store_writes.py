@@ -26,7 +26,11 @@ KINDS = ("begin", "log64", "end")
 ONE_REP = r"""
 import asyncio, json, sys, tempfile, time
 from oars.store import Finished, Logged, NewResponse, SqlStore, StoredResponse, Writes
-from oars.store.sql import _ThreadLane, _write
+from oars.store.sql import _write
+try:
+    from oars.store.sql import _SqliteLane as Lane
+except ImportError:  # a checkout from before the lane ran on the loop
+    from oars.store.sql import _ThreadLane as Lane
 
 count = int(sys.argv[1])
 
@@ -56,7 +60,7 @@ async def main():
     folder = tempfile.mkdtemp(prefix="oars-bench-")
     store = SqlStore(f"{folder}/oars.db")
     await store.open()
-    lane = _ThreadLane(store.url)
+    lane = Lane(store.url)
     kinds = {
         "begin": [Writes([new(i)], [], []) for i in range(count)],
         "log64": [Writes([], [Logged(f"resp_{i}", [delta(i, 5 * j + k) for k in range(5)])

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import math
+import sqlite3
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -255,6 +257,47 @@ def test_one_transaction_ends_many_responses(store_url: str) -> None:
             assert await store.get("resp_2") is None
             assert await store.events("resp_2", after=-1) == []
             assert await store.context("resp_2") is None
+        finally:
+            await store.close()
+
+    asyncio.run(go())
+
+
+def test_a_write_behind_another_connections_lock_waits_off_the_loop(tmp_path: Path) -> None:
+    """SQLite: the writer's transactions run on the serving loop, unless another connection holds
+    the lock: then they wait for it on the lane's thread while the loop runs on, and one asked
+    for meanwhile lands after them, not before (an ending ahead of its response's row would find
+    nothing to end)."""
+
+    def snapshot(status: str) -> dict[str, Any]:
+        return {"id": "resp_1", "created_at": 1, "status": status, "output": []}
+
+    async def go() -> None:
+        path = tmp_path / "oars.db"
+        store = SqlStore(str(path))
+        await store.open()
+        try:
+            kept = StoredResponse(snapshot("in_progress"), streamed=True, owner="r")
+            await store.write(
+                Writes(
+                    [NewResponse(StoredResponse({**kept.snapshot, "id": "resp_0"}, owner="r"), [])]
+                )
+            )
+            holder = sqlite3.connect(path, isolation_level=None)
+            holder.execute("BEGIN IMMEDIATE")
+            begun = asyncio.create_task(store.write(Writes([NewResponse(kept, [])])))
+            start = time.monotonic()
+            for _ in range(10):
+                await asyncio.sleep(0.01)
+            assert time.monotonic() - start < 1.0  # the loop did not wait for the lock
+            assert not begun.done()
+            holder.execute("COMMIT")
+            holder.close()
+            ended = Writes(finished=[Finished("resp_1", snapshot("completed"), [])])
+            await asyncio.wait_for(asyncio.gather(begun, store.write(ended)), 10)
+            got = await store.get("resp_1")
+            assert got is not None and got.snapshot["status"] == "completed"
+            assert await store.get("resp_0") is not None
         finally:
             await store.close()
 
