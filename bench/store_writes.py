@@ -1,8 +1,8 @@
 """What the store's writer spends on one transaction of each kind, on SQLite (a real file), run
 as the server's lane runs them (here on its thread; the server runs the same on its loop when
-no other connection holds the lock): a new response (its row and one input item), the log of 64 running
-responses (a row each, five delta events in it), and an ending (the final snapshot with a
-400-word message, its output item, ten last events).
+no other connection holds the lock): a new response (its row and one input item), the log of
+64 running responses (a row each, five delta events in it), and an ending (the final snapshot
+with a 400-word message, its output item, ten last events).
 
     .venv/bin/python -m bench.store_writes [--reps 5] [--count 300] [--against DIR]
 
