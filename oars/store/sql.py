@@ -714,7 +714,10 @@ class _SqliteLane:
     goes to the lane's thread instead, which waits for the lock: the loop never does. Each takes
     the lock as it begins (`BEGIN IMMEDIATE`): what it reads, no other connection changes
     before it commits. The loop's connection never checkpoints the WAL (a checkpoint writes and
-    syncs the database file); the thread does, at most every `_CHECKPOINT_SECONDS`."""
+    syncs the database file); the thread does, at most every `_CHECKPOINT_SECONDS`, without
+    stopping writers; if the WAL still holds more than `_WAL_FRAMES` after it (a write or a
+    read kept it from starting over), the thread checkpoints again and waits for the WAL to
+    start over, writers held back meanwhile (about 10 ms)."""
 
     def __init__(self, url: str) -> None:
         self.path = url.split(":///", 1)[1]
@@ -757,7 +760,11 @@ class _SqliteLane:
 
     def _checkpoint(self) -> None:
         try:
-            self._on_thread().execute("PRAGMA wal_checkpoint(PASSIVE)")
+            # each statement read to its end: one left open would keep the WAL from starting over
+            conn = self._on_thread()
+            [(_, frames, _)] = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            if frames > _WAL_FRAMES:
+                conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
         except sqlite3.Error as exc:  # the next one may succeed; writes go on meanwhile
             log.warning("could not checkpoint the store's WAL: %s", exc)
 
@@ -770,6 +777,7 @@ class _SqliteLane:
 
 
 _CHECKPOINT_SECONDS = 1.0
+_WAL_FRAMES = 4000  # pages: 16 MB of 4 KB ones
 
 
 def _sqlite_connect(path: str, timeout: float) -> sqlite3.Connection:

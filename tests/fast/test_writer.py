@@ -304,6 +304,37 @@ def test_a_write_behind_another_connections_lock_waits_off_the_loop(tmp_path: Pa
     asyncio.run(go())
 
 
+def test_the_wal_stays_bounded_under_writes_on_the_loop(tmp_path: Path, monkeypatch: Any) -> None:
+    """SQLite: the loop's connection never checkpoints the WAL; the lane's thread does, so that
+    a store written to without a pause (here 8 MB of logs, a checkpoint asked after every
+    transaction) keeps its WAL near the bound, and every row lands."""
+    from oars.store import sql
+
+    monkeypatch.setattr(sql, "_CHECKPOINT_SECONDS", 0.0)
+    monkeypatch.setattr(sql, "_WAL_FRAMES", 100)  # pages: 400 KB of 4 KB ones
+    text = "x" * 16_000
+
+    async def go() -> None:
+        path = tmp_path / "oars.db"
+        store = SqlStore(str(path))
+        await store.open()
+        try:
+            snapshot = {"id": "resp_1", "created_at": 1, "status": "in_progress", "output": []}
+            await store.write(Writes([NewResponse(StoredResponse(snapshot, owner="r"), [])]))
+            largest = 0
+            for n in range(500):
+                event = {"type": "response.output_text.delta", "sequence_number": n, "delta": text}
+                await store.write(Writes(logged=[Logged("resp_1", [event])]))
+                largest = max(largest, (tmp_path / "oars.db-wal").stat().st_size)
+                await asyncio.sleep(0.001)  # the writer's pace, and more: a transaction a ms
+            assert largest < 2_000_000  # 8 MB written
+            assert len(await store.events("resp_1", after=-1)) == 500
+        finally:
+            await store.close()
+
+    asyncio.run(go())
+
+
 def test_a_schema_3_log_upgrades_to_batches(store_url: str) -> None:
     """A database kept by oars before the writer (one `response_events` row an event) opens
     with its logs whole, resumable from any event."""
