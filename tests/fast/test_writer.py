@@ -263,6 +263,39 @@ def test_one_transaction_ends_many_responses(store_url: str) -> None:
     asyncio.run(go())
 
 
+def test_a_transaction_the_database_refuses_is_unavailable_and_undone(store_url: str) -> None:
+    """The writer's statements run on the driver's own cursor: an error of the driver's (here a
+    second response with the same id) is `StoreUnavailable`, a 503, not a 500, and nothing of
+    the transaction stays (the log beside it), nor is anything kept before it lost."""
+
+    def snapshot(status: str) -> dict[str, Any]:
+        return {"id": "resp_1", "created_at": 1, "status": status, "output": []}
+
+    event = {"type": "response.output_text.delta", "sequence_number": 0, "delta": "a"}
+
+    async def go() -> None:
+        store = SqlStore(store_url)
+        await store.open()
+        try:
+            new = NewResponse(StoredResponse(snapshot("in_progress"), owner="r"), [])
+            await store.write(Writes([new]))
+            try:
+                await store.write(Writes([new], [Logged("resp_1", [event])]))
+            except StoreUnavailable as exc:
+                assert exc.status == 503
+            else:
+                raise AssertionError("a second response resp_1 was kept")
+            assert await store.events("resp_1", after=-1) == []
+            await store.write(Writes(finished=[Finished("resp_1", snapshot("completed"), [event])]))
+            got = await store.get("resp_1")
+            assert got is not None and got.snapshot["status"] == "completed"
+            assert await store.events("resp_1", after=-1) == [event]
+        finally:
+            await store.close()
+
+    asyncio.run(go())
+
+
 def test_a_write_behind_another_connections_lock_waits_off_the_loop(tmp_path: Path) -> None:
     """SQLite: the writer's transactions run on the serving loop, unless another connection holds
     the lock: then they wait for it on the lane's thread while the loop runs on, and one asked
