@@ -45,6 +45,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import sqlite
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.sql.compiler import SQLCompiler
@@ -147,7 +148,7 @@ class SqlStore:
         """Nothing connects until `open()` (which must run on the loop that serves)."""
         self.url = database_url(spec)
         if _is_sqlite(self.url):
-            Path(self.url.split(":///", 1)[1]).parent.mkdir(parents=True, exist_ok=True)
+            Path(str(make_url(self.url).database)).parent.mkdir(parents=True, exist_ok=True)
         self.engine = _engine(self.url)
         self._lane: _SqliteLane | _LoopLane | None = None  # where `write` runs, from the first
 
@@ -713,77 +714,111 @@ class _SqliteLane:
     engine's, whose transactions the loop itself drives, or another process's), the transaction
     goes to the lane's thread instead, which waits for the lock: the loop never does. Each takes
     the lock as it begins (`BEGIN IMMEDIATE`): what it reads, no other connection changes
-    before it commits. The loop's connection never checkpoints the WAL (a checkpoint writes and
-    syncs the database file); the thread does, at most every `_CHECKPOINT_SECONDS`, without
-    stopping writers; if the WAL still holds more than `_WAL_FRAMES` after it (a write or a
-    read kept it from starting over), the thread checkpoints again and waits for the WAL to
-    start over, writers held back meanwhile (about 10 ms)."""
+    before it commits.
+
+    The loop does not wait for the disk either. Its connection never checkpoints the WAL (a
+    checkpoint writes and syncs the database file); the thread does, at most every
+    `_CHECKPOINT_SECONDS`, without holding writers back, and the transaction after a complete
+    checkpoint (the one that starts the WAL over, and syncs its header) runs on the thread too.
+    If the WAL still holds more than `_WAL_FRAMES` after a checkpoint (a reader or a writer
+    kept it from starting over), the thread waits for it to start over, writers held back, for
+    at most `_RESTART_WAIT_MS`, and not again for `_RESTART_SECONDS` (a reader that lasts, a
+    backup say, must not hold the writes back again and again)."""
 
     def __init__(self, url: str) -> None:
-        self.path = url.split(":///", 1)[1]
+        self.path = str(make_url(url).database)
         self.thread = ThreadPoolExecutor(1, thread_name_prefix="store writes")
         self._loop_conn: sqlite3.Connection | None = None
         self._thread_conn: sqlite3.Connection | None = None  # opened and used on the thread
         self._in_thread = 0  # transactions sent to the thread, not done yet
         self._checkpointed = time.monotonic()
+        self._restarted = 0.0
+        self._starts_over = False  # set on the thread: the next transaction starts the WAL over
 
     async def transaction(self, work: Callable[..., T], *args: Any) -> T:
-        if not self._in_thread:  # after them: transactions land in the order asked
+        # after transactions on the thread: they land in the order asked
+        if not self._in_thread and not self._starts_over:
             if self._loop_conn is None:
-                self._loop_conn = _sqlite_connect(self.path, timeout=0.0)
-                self._loop_conn.execute("PRAGMA busy_timeout=0")
-                self._loop_conn.execute("PRAGMA wal_autocheckpoint=0")
+                self._loop_conn = _sqlite_connect(self.path, on_loop=True)
             done = _sqlite_transaction(self._loop_conn, work, args, wait=False)
             if done is not None:
                 if time.monotonic() - self._checkpointed >= _CHECKPOINT_SECONDS:
                     self._checkpointed = time.monotonic()
                     self.thread.submit(self._checkpoint)
                 return done[0]
-        self._in_thread += 1
-        try:
-            return await asyncio.get_running_loop().run_in_executor(
-                self.thread, self.run, work, *args
-            )
-        finally:
-            self._in_thread -= 1
+        loop = asyncio.get_running_loop()
+        sent = self.thread.submit(self.run, work, *args)
+        self._in_thread += 1  # until it has run, even if its caller stops waiting
+        sent.add_done_callback(lambda _: loop.call_soon_threadsafe(self._left_thread))
+        return await asyncio.wrap_future(sent)
+
+    def _left_thread(self) -> None:
+        self._in_thread -= 1
 
     def run(self, work: Callable[..., T], *args: Any) -> T:
         """A transaction of `work`'s on the lane's thread, waiting for SQLite's lock."""
         done = _sqlite_transaction(self._on_thread(), work, args, wait=True)
         assert done is not None
+        self._starts_over = False
         return done[0]
 
     def _on_thread(self) -> sqlite3.Connection:
         if self._thread_conn is None:
-            self._thread_conn = _sqlite_connect(self.path, timeout=30.0)
+            self._thread_conn = _sqlite_connect(self.path, on_loop=False)
         return self._thread_conn
 
     def _checkpoint(self) -> None:
+        # each statement read to its end: one left open would keep the WAL from starting over
         try:
-            # each statement read to its end: one left open would keep the WAL from starting over
             conn = self._on_thread()
-            [(_, frames, _)] = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-            if frames > _WAL_FRAMES:
-                conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
-        except sqlite3.Error as exc:  # the next one may succeed; writes go on meanwhile
+            [(_, frames, copied)] = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            wait = time.monotonic() - self._restarted >= _RESTART_SECONDS
+            if frames > _WAL_FRAMES and wait:
+                self._restarted = time.monotonic()
+                conn.execute(f"PRAGMA busy_timeout={_RESTART_WAIT_MS}").fetchall()
+                try:
+                    [(_, frames, copied)] = conn.execute(
+                        "PRAGMA wal_checkpoint(RESTART)"
+                    ).fetchall()
+                finally:
+                    conn.execute(f"PRAGMA busy_timeout={_BUSY_MS}").fetchall()
+            if frames and copied == frames:
+                self._starts_over = True
+        except (sqlite3.Error, StoreUnavailable) as exc:  # the next may do; writes go on
             log.warning("could not checkpoint the store's WAL: %s", exc)
 
     async def close(self) -> None:
         if self._loop_conn is not None:
             self._loop_conn.close()
-        if self._thread_conn is not None:
-            await asyncio.get_running_loop().run_in_executor(self.thread, self._thread_conn.close)
+        # after whatever the thread has still to do, a checkpoint that opened its connection too
+        await asyncio.get_running_loop().run_in_executor(self.thread, self._close_on_thread)
         self.thread.shutdown()
+
+    def _close_on_thread(self) -> None:
+        if self._thread_conn is not None:
+            self._thread_conn.close()
 
 
 _CHECKPOINT_SECONDS = 1.0
 _WAL_FRAMES = 4000  # pages: 16 MB of 4 KB ones
+_RESTART_WAIT_MS = 20
+_RESTART_SECONDS = 10.0
+_BUSY_MS = 30_000
 
 
-def _sqlite_connect(path: str, timeout: float) -> sqlite3.Connection:
+def _sqlite_connect(path: str, *, on_loop: bool) -> sqlite3.Connection:
+    """A connection of the lane's: on the loop, one that never waits for the lock and never
+    checkpoints."""
     try:
-        conn = sqlite3.connect(path, timeout=timeout, isolation_level=None)
-        _sqlite_pragmas(conn, None)
+        conn = sqlite3.connect(path, timeout=_BUSY_MS / 1000, isolation_level=None)
+        try:
+            _sqlite_pragmas(conn, None)
+            if on_loop:
+                conn.execute("PRAGMA busy_timeout=0")
+                conn.execute("PRAGMA wal_autocheckpoint=0")
+        except sqlite3.Error:
+            conn.close()
+            raise
     except sqlite3.Error as exc:
         raise _unavailable(exc) from exc
     return conn
@@ -799,7 +834,8 @@ def _sqlite_transaction(
         try:
             cursor.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
-            if not wait and exc.sqlite_errorcode in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+            busy = exc.sqlite_errorcode & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+            if busy and not wait:  # the primary code: SQLITE_BUSY_RECOVERY is busy too
                 return None
             raise
         try:
