@@ -637,7 +637,7 @@ def _is_sqlite(url: str) -> bool:
 
 def _engine(url: str, pool_size: int = 10) -> AsyncEngine:
     if _is_sqlite(url):
-        engine = create_async_engine(url, connect_args={"timeout": 30})
+        engine = create_async_engine(url, connect_args={"timeout": _BUSY_MS / 1000})
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         return engine
     return create_async_engine(
@@ -803,18 +803,18 @@ _CHECKPOINT_SECONDS = 1.0
 _WAL_FRAMES = 4000  # pages: 16 MB of 4 KB ones
 _RESTART_WAIT_MS = 20
 _RESTART_SECONDS = 10.0
-_BUSY_MS = 30_000
+_BUSY_MS = 30_000  # how long a connection waits for SQLite's lock (its driver's `timeout`)
 
 
 def _sqlite_connect(path: str, *, on_loop: bool) -> sqlite3.Connection:
     """A connection of the lane's: on the loop, one that never waits for the lock and never
     checkpoints."""
     try:
-        conn = sqlite3.connect(path, timeout=_BUSY_MS / 1000, isolation_level=None)
+        timeout = 0.0 if on_loop else _BUSY_MS / 1000
+        conn = sqlite3.connect(path, timeout=timeout, isolation_level=None)
         try:
             _sqlite_pragmas(conn, None)
             if on_loop:
-                conn.execute("PRAGMA busy_timeout=0")
                 conn.execute("PRAGMA wal_autocheckpoint=0")
         except sqlite3.Error:
             conn.close()
@@ -884,5 +884,4 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cursor = dbapi_conn.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.execute("PRAGMA busy_timeout=30000")
     cursor.close()
