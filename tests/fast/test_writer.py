@@ -264,23 +264,23 @@ def test_one_transaction_ends_many_responses(store_url: str) -> None:
     asyncio.run(go())
 
 
+def _snapshot(status: str, response_id: str = "resp_1") -> dict[str, Any]:
+    return {"id": response_id, "created_at": 1, "status": status, "output": []}
+
+
 def test_a_transaction_the_database_refuses_is_unavailable_and_undone(store_url: str) -> None:
     """The writer's statements run on the driver's own cursor: an error of the driver's (here a
     second response with the same id) is `StoreUnavailable`, a 503, not a 500, and nothing of
     the transaction stays (the log beside it), nor is anything kept before it lost."""
-
-    def snapshot(status: str) -> dict[str, Any]:
-        return {"id": "resp_1", "created_at": 1, "status": status, "output": []}
-
     event = {"type": "response.output_text.delta", "sequence_number": 0, "delta": "a"}
 
     async def go() -> None:
         store = SqlStore(store_url)
         await store.open()
         try:
-            new = NewResponse(StoredResponse(snapshot("in_progress"), owner="r"), [])
+            new = NewResponse(StoredResponse(_snapshot("in_progress"), owner="r"), [])
             await store.write(Writes([new]))
-            other = NewResponse(StoredResponse({**snapshot("in_progress"), "id": "resp_2"}), [])
+            other = NewResponse(StoredResponse(_snapshot("in_progress", "resp_2")), [])
             try:
                 await store.write(Writes([other, new], [Logged("resp_1", [event])]))
             except StoreUnavailable as exc:
@@ -289,7 +289,9 @@ def test_a_transaction_the_database_refuses_is_unavailable_and_undone(store_url:
                 raise AssertionError("a second response resp_1 was kept")
             assert await store.events("resp_1", after=-1) == []
             assert await store.get("resp_2") is None
-            await store.write(Writes(finished=[Finished("resp_1", snapshot("completed"), [event])]))
+            await store.write(
+                Writes(finished=[Finished("resp_1", _snapshot("completed"), [event])])
+            )
             got = await store.get("resp_1")
             assert got is not None and got.snapshot["status"] == "completed"
             assert await store.events("resp_1", after=-1) == [event]
@@ -305,20 +307,14 @@ def test_a_write_behind_another_connections_lock_waits_off_the_loop(tmp_path: Pa
     for meanwhile lands after them, not before (an ending ahead of its response's row would find
     nothing to end)."""
 
-    def snapshot(status: str) -> dict[str, Any]:
-        return {"id": "resp_1", "created_at": 1, "status": status, "output": []}
-
     async def go() -> None:
         path = tmp_path / "oars.db"
         store = SqlStore(str(path))
         await store.open()
         try:
-            kept = StoredResponse(snapshot("in_progress"), streamed=True, owner="r")
-            await store.write(
-                Writes(
-                    [NewResponse(StoredResponse({**kept.snapshot, "id": "resp_0"}, owner="r"), [])]
-                )
-            )
+            first = StoredResponse(_snapshot("in_progress", "resp_0"), owner="r")
+            await store.write(Writes([NewResponse(first, [])]))
+            kept = StoredResponse(_snapshot("in_progress"), streamed=True, owner="r")
             holder = sqlite3.connect(path, isolation_level=None)
             holder.execute("BEGIN IMMEDIATE")
             begun = asyncio.create_task(store.write(Writes([NewResponse(kept, [])])))
@@ -329,7 +325,7 @@ def test_a_write_behind_another_connections_lock_waits_off_the_loop(tmp_path: Pa
             assert not begun.done()
             holder.execute("COMMIT")
             holder.close()
-            ended = Writes(finished=[Finished("resp_1", snapshot("completed"), [])])
+            ended = Writes(finished=[Finished("resp_1", _snapshot("completed"), [])])
             await asyncio.wait_for(asyncio.gather(begun, store.write(ended)), 10)
             got = await store.get("resp_1")
             assert got is not None and got.snapshot["status"] == "completed"
@@ -343,8 +339,9 @@ def test_a_write_behind_another_connections_lock_waits_off_the_loop(tmp_path: Pa
 async def _log_many(store: SqlStore, count: int, path: Path) -> int:
     """`count` transactions of a 16 KB event each (a response of them first); the WAL's
     largest size meanwhile."""
-    snapshot = {"id": "resp_1", "created_at": 1, "status": "in_progress", "output": []}
-    await store.write(Writes([NewResponse(StoredResponse(snapshot, owner="r"), [])]))
+    await store.write(
+        Writes([NewResponse(StoredResponse(_snapshot("in_progress"), owner="r"), [])])
+    )
     largest = 0
     for n in range(count):
         event = {"type": "response.output_text.delta", "sequence_number": n, "delta": "x" * 16_000}
