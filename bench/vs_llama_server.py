@@ -24,9 +24,11 @@ is asked `POST /v1/responses` (`instructions` + input messages), llama-server `P
 4. aggregate tok/s of 4 concurrent streams over that of 1, on each server (scaling);
 5. 16 concurrent streams: all complete, the slowest first token, and whether each stream's first
    token came while another stream was still running (a one-at-a-time server fails this);
-6. an agent's next turn: a 2,000-token conversation is sent, then again with the reply and a
+6. the CPU each server's process spends beside llama.cpp's threads, per output token, at 1 and 4
+   streams (its HTTP, its events; by the threads' times in `/proc`);
+7. an agent's next turn: a 2,000-token conversation is sent, then again with the reply and a
    short new user turn; time to first token, and the prompt tokens each server reports cached;
-7. a Codex-sized new session: an ~8,000-token system prompt is sent, the server restarted, then
+8. a Codex-sized new session: an ~8,000-token system prompt is sent, the server restarted, then
    the same system prompt with another user message: time to first token after the restart. oars
    keeps its OARS_HOME (a temporary folder kept for the run); llama-server keeps nothing on disk.
    An 8,000-token prefill takes over a minute on 2 cores, so this one runs `--codex-reps` (1).
@@ -41,7 +43,7 @@ reads back from them what every forward pass was (`bench/passes.py`): how many p
 graphs (ubatches) each, the KV cells each attended over, the pass times and the time between.
 The logs slow both servers, so its wall times are not the table's.
 
-On 2 cores the defaults take about 12 minutes. Another busy process ruins every number: llama.cpp's
+On 2 cores the defaults take about 14 minutes. Another busy process ruins every number: llama.cpp's
 threads wait for each other at every step, so one descheduled thread stalls them all.
 """
 
@@ -504,6 +506,55 @@ def _sixteen(reps: int, tokens: int) -> Step:
     )
 
 
+def _thread_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds (user + system) of each thread of a process, by thread id."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except FileNotFoundError:  # ended since the listing
+            continue
+        out[int(tid)] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def _beside(reps: int, tokens: int) -> Step:
+    """The CPU a server spends beside llama.cpp's threads (HTTP, events, sampling hand-off):
+    on 2 cores every millisecond of it is taken from a pass. llama.cpp's threads are the ones
+    busy for at least half the load's wall time; the rest is counted, per output token."""
+
+    def run(server: Server, rep: int) -> list[float]:
+        assert server.proc is not None
+        out = []
+        for streams in (1, 4):
+            before = _thread_cpu(server.proc.pid)
+            began = time.perf_counter()
+            done = server.many(_counting(f"beside {rep} {streams}", streams), tokens)
+            wall = time.perf_counter() - began
+            used = [cpu - before.get(tid, 0.0) for tid, cpu in _thread_cpu(server.proc.pid).items()]
+            beside = sum(cpu for cpu in used if cpu < wall / 2)
+            out.append(beside * 1000 / sum(s.output_tokens for s in done))
+        return out
+
+    return Step(
+        "beside",
+        run,
+        lambda a, b: [
+            Row.of(
+                f"CPU beside llama.cpp's threads, {streams} stream(s): ms a token",
+                [r[i] for r in a],
+                [r[i] for r in b],
+                "ms",
+                3,
+            )
+            for i, streams in enumerate((1, 4))
+        ],
+        reps,
+    )
+
+
 def _conversation(seed: str) -> Chat:
     """~2,000 tokens of an agent's session: a system prompt and three earlier turns."""
     chat = _chat(seed, 1100, "Read the notes and list the ones about the parser.")
@@ -708,6 +759,7 @@ def _measure(args: argparse.Namespace, servers: Servers) -> list[Row]:
         _prefill(args.reps),
         _scaling(args.reps, args.tokens),
         _sixteen(args.reps, args.tokens16),
+        _beside(args.reps, args.tokens),
         _agent(args.reps),
         _codex(args.codex_reps),
     ]
@@ -777,7 +829,7 @@ def main() -> None:
         "--only",
         default="",
         help="some steps, e.g. decode,ttft (of decode, "
-        "ttft, prefill, scaling, sixteen, agent, codex)",
+        "ttft, prefill, scaling, sixteen, beside, agent, codex)",
     )
     parser.add_argument("--llama-server", type=Path, default=LLAMA_SERVER)
     parser.add_argument("--model", type=Path, default=None, help="a GGUF (default: oars's own)")

@@ -3,10 +3,13 @@ every rep, each goes first as often as the others, and each reference gets its o
 
 from __future__ import annotations
 
+import os
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
-from bench.vs_llama_server import Row, Server, Step, _alternate
+from bench.vs_llama_server import Row, Server, Step, _alternate, _thread_cpu
 
 
 def _server(name: str) -> Server:
@@ -39,3 +42,38 @@ def test_a_step_gives_rows_against_each_reference() -> None:
         ("a", 0.5, [0.5, 0.5]),
         ("b", 2.0, [2.0, 2.0]),
     ]
+
+
+def test_thread_cpu_counts_each_thread_apart() -> None:
+    """`beside` tells llama.cpp's threads from the rest by each thread's CPU in `/proc`: a
+    thread that burns CPU shows it under its own id, and one that sleeps does not."""
+    tids: dict[str, int] = {}
+    go = threading.Event()
+
+    def burn() -> None:
+        tids["burn"] = threading.get_native_id()
+        go.wait()
+        end = time.thread_time() + 0.3
+        while time.thread_time() < end:
+            pass
+
+    def sleep() -> None:
+        tids["sleep"] = threading.get_native_id()
+        go.wait()
+        time.sleep(0.3)
+
+    workers = [threading.Thread(target=burn), threading.Thread(target=sleep)]
+    for worker in workers:
+        worker.start()
+    while len(tids) < 2:
+        time.sleep(0.01)
+    before = _thread_cpu(os.getpid())
+    go.set()
+    time.sleep(0.25)
+    after = _thread_cpu(os.getpid())
+    for worker in workers:
+        worker.join()
+    burned = after[tids["burn"]] - before[tids["burn"]]
+    slept = after[tids["sleep"]] - before[tids["sleep"]]
+    assert burned >= 0.05
+    assert slept <= 0.01
