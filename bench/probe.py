@@ -1,0 +1,233 @@
+"""llama.cpp's forward passes in oars and in llama-server, timed from outside both processes.
+
+    sudo .venv/bin/python -m bench.probe [--reps 2] [--loads 1,4,16]
+
+`bench.vs_llama_server --account` reads each pass back from the servers' debug logs, and those
+logs slow both servers (llama-server's most: its time between passes triples). Here nothing in
+either server changes: a uprobe on the entry and on the return of `llama_context::decode` (the
+function every `llama_decode` of both ends in) is placed in the wheel's `libllama.so` and in the
+`llama-server` binary, and `perf record` keeps the times of both while each load runs on one
+server (the loads and servers of `bench.vs_llama_server`, alternating rep by rep). A pass is an
+entry to its return; the time between passes is a return to the next entry (gaps over 20 ms are
+idle waits, not counted).
+
+On oars's side, the time between passes so measured includes what Python does around the call
+(the batch, sampling, the hand-over to the event loop, and anything that takes the engine
+thread's core before llama.cpp starts), which `bench.overhead` cannot see.
+
+Needs Linux with tracefs (root) and `perf`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench import vs_llama_server as vs
+from oars.weights import pull
+
+SYMBOL = (
+    "_ZN13llama_context6decodeERK15llama_batch_ext"  # llama_context::decode(llama_batch_ext const&)
+)
+UPROBES = Path("/sys/kernel/tracing/uprobe_events")
+GAP_LIMIT_MS = 20.0
+_LINE = re.compile(r"\s*(\d+)\s+([\d.]+):\s+(\w+):(enter|leave):")
+
+
+def _offset(binary: Path) -> int:
+    """Where SYMBOL starts in the file (text addresses are file offsets in these builds)."""
+    dynamic = ["-D"] if binary.suffix == ".so" or ".so." in binary.name else []
+    out = subprocess.run(["nm", *dynamic, str(binary)], capture_output=True, text=True, check=True)
+    for line in out.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[2] == SYMBOL and parts[1] in "Tt":
+            return int(parts[0], 16)
+    raise SystemExit(f"{binary}: no {SYMBOL} (another llama.cpp version?)")
+
+
+def _define(line: str) -> None:
+    """One uprobe definition (tracefs takes one a write)."""
+    fd = os.open(UPROBES, os.O_WRONLY | os.O_APPEND)  # no seek: tracefs refuses it
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+class Probes:
+    """A uprobe at SYMBOL's entry and return in each binary, one event group each."""
+
+    def __init__(self, binaries: dict[str, Path]) -> None:
+        self.groups = list(binaries)
+        for group, binary in binaries.items():
+            where = f"{binary.resolve()}:{_offset(binary):#x}"
+            _define(f"p:{group}/enter {where}")
+            _define(f"r:{group}/leave {where}")
+
+    def close(self) -> None:
+        for group in self.groups:
+            _define(f"-:{group}/enter")
+            _define(f"-:{group}/leave")
+
+    def record(self, out: Path) -> subprocess.Popen[bytes]:
+        events = [arg for group in self.groups for arg in ("-e", f"{group}:*")]
+        perf = subprocess.Popen(["perf", "record", "-q", "-a", "-o", str(out), *events])
+        time.sleep(1.0)  # perf is tracing by then
+        return perf
+
+
+@dataclass
+class Passes:
+    """The passes of one load on one server: each pass's ms, and each gap's ms."""
+
+    passes: list[float]
+    gaps: list[float]
+
+
+def read(text: str) -> dict[str, Passes]:
+    """`perf script -F tid,time,event` output → the passes of each group (by thread: a pass
+    starts and ends on the thread that called decode)."""
+    opened: dict[tuple[str, int], float] = {}
+    ended: dict[tuple[str, int], float] = {}
+    out: dict[str, Passes] = {}
+    for line in text.splitlines():
+        m = _LINE.match(line)
+        if m is None:
+            continue
+        tid, at, group, edge = int(m[1]), float(m[2]) * 1000, m[3], m[4]
+        key, found = (group, tid), out.setdefault(group, Passes([], []))
+        if edge == "enter":
+            last = ended.get(key)
+            if last is not None and at - last < GAP_LIMIT_MS:
+                found.gaps.append(at - last)
+            opened[key] = at
+        elif key in opened:
+            found.passes.append(at - opened.pop(key))
+            ended[key] = at
+    return out
+
+
+def summary(found: Passes) -> dict[str, float]:
+    p, g = found.passes, found.gaps
+    quartiles = statistics.quantiles(p, n=4) if len(p) > 1 else [math.nan] * 3
+    return {
+        "passes": len(p),
+        "pass ms, 25th percentile": quartiles[0],
+        "pass ms, median": statistics.median(p) if p else math.nan,
+        "pass ms, 75th percentile": quartiles[2],
+        "pass ms (sum)": sum(p),
+        "between passes ms, median": statistics.median(g) if g else math.nan,
+        "between passes ms (sum)": sum(g),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--loads", default="1,4,16", help="concurrent streams of each load")
+    parser.add_argument("--tokens", type=int, default=128, help="output tokens (1 and 4 streams)")
+    parser.add_argument("--tokens16", type=int, default=48, help="output tokens (more streams)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--ctx", type=int, default=16384)
+    parser.add_argument("--parallel", type=int, default=4)
+    parser.add_argument("--llama-server", type=Path, default=vs.LLAMA_SERVER)
+    args = parser.parse_args()
+    if not args.llama_server.exists():
+        sys.exit(f"{args.llama_server} is missing: run `make llama-server` first")
+    import llama_cpp
+
+    libllama = Path(llama_cpp.__file__).parent / "lib" / "libllama.so"
+    setup = argparse.Namespace(
+        threads=args.threads,
+        account=False,
+        ctx=args.ctx,
+        oars_args="",
+        llama_args=[""],
+        llama_server=args.llama_server,
+        parallel=args.parallel,
+        oars_env=[],
+    )
+    probes = Probes({"oars_pass": libllama, "llama_server_pass": args.llama_server})
+    with tempfile.TemporaryDirectory(prefix="oars-probe-") as tmp:
+        servers = vs._servers(setup, pull(), Path(tmp))
+        group = {servers[0].name: "oars_pass", servers[1].name: "llama_server_pass"}
+        try:
+            for server in servers:
+                server.start()
+                server.one(vs._chat("warm-up", 20, "Say hello."), 4)
+            print(_account(args, servers, probes, group, Path(tmp)))
+        finally:
+            for server in servers:
+                server.stop()
+            probes.close()
+
+
+def _account(
+    args: argparse.Namespace,
+    servers: vs.Servers,
+    probes: Probes,
+    group: dict[str, str],
+    tmp: Path,
+) -> str:
+    """Each load `--reps` times on each server (alternating), its passes from the probes."""
+    out = []
+    for streams in (int(n) for n in args.loads.split(",")):
+        tokens = args.tokens if streams <= 4 else args.tokens16
+
+        def run(server: vs.Server, rep: int, streams: int = streams, tokens: int = tokens) -> Any:
+            data = tmp / "perf.data"
+            perf = probes.record(data)
+            began = time.perf_counter()
+            done = server.many(vs._counting(f"probe {rep} {streams}", streams), tokens)
+            wall = time.perf_counter() - began
+            perf.send_signal(signal.SIGINT)
+            perf.wait()
+            text = subprocess.run(
+                ["perf", "script", "-i", str(data), "-F", "tid,time,event"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            found = read(text).get(group[server.name], Passes([], []))
+            return wall, sum(s.output_tokens for s in done), found
+
+        results = vs._alternate(servers, args.reps, run)
+        out += [
+            f"\n{streams} stream(s) of {tokens} tokens, {args.reps} reps\n",
+            "| | " + " | ".join(s.name for s in servers) + " |",
+            "|---" * (len(servers) + 1) + "|",
+        ]
+        rows: dict[str, list[float]] = {}
+        for reps in results:
+            merged = Passes(
+                [p for *_, f in reps for p in f.passes], [g for *_, f in reps for g in f.gaps]
+            )
+            cells = {
+                "wall s, all reps": sum(wall for wall, _, _ in reps),
+                "output tokens, all reps": sum(n for _, n, _ in reps),
+                **summary(merged),
+            }
+            for name, value in cells.items():
+                rows.setdefault(name, []).append(value)
+        out += [
+            f"| {name} | " + " | ".join(f"{v:,.2f}" for v in values) + " |"
+            for name, values in rows.items()
+        ]
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    main()
