@@ -37,16 +37,16 @@ from typing import Any
 from bench import vs_llama_server as vs
 from oars.weights import pull
 
-SYMBOL = (
-    "_ZN13llama_context6decodeERK15llama_batch_ext"  # llama_context::decode(llama_batch_ext const&)
-)
+# llama_context::decode(llama_batch_ext const&), where both servers' decode calls end up
+SYMBOL = "_ZN13llama_context6decodeERK15llama_batch_ext"
 UPROBES = Path("/sys/kernel/tracing/uprobe_events")
 GAP_LIMIT_MS = 20.0
 _LINE = re.compile(r"\s*(\d+)\s+([\d.]+):\s+(\w+):(enter|leave):")
 
 
 def _offset(binary: Path) -> int:
-    """Where SYMBOL starts in the file (text addresses are file offsets in these builds)."""
+    """Where SYMBOL starts in the file. A uprobe wants a file offset; in these builds the text's
+    addresses are its offsets (if not, a server's load shows no passes)."""
     dynamic = ["-D"] if binary.suffix == ".so" or ".so." in binary.name else []
     out = subprocess.run(["nm", *dynamic, str(binary)], capture_output=True, text=True, check=True)
     for line in out.stdout.splitlines():

@@ -522,7 +522,7 @@ def _thread_cpu(pid: int) -> dict[int, float]:
 
 def _beside(reps: int, tokens: int) -> Step:
     """The CPU a server spends beside llama.cpp's threads (HTTP, events, sampling hand-off):
-    on 2 cores every millisecond of it is taken from a pass. llama.cpp's threads are the ones
+    on 2 cores every millisecond of it is taken from a step. llama.cpp's threads are the ones
     busy for at least half the load's wall time; the rest is counted, per output token."""
 
     def run(server: Server, rep: int) -> list[float]:
