@@ -48,29 +48,33 @@ def test_thread_cpu_counts_each_thread_apart() -> None:
     """`beside` tells llama.cpp's threads from the rest by each thread's CPU in `/proc`: a
     thread that burns CPU shows it under its own id, and one that sleeps does not."""
     tids: dict[str, int] = {}
-    go = threading.Event()
+    go, read = threading.Event(), threading.Event()  # both live until their times are read
+    burned_enough = threading.Event()
 
     def burn() -> None:
         tids["burn"] = threading.get_native_id()
         go.wait()
-        end = time.thread_time() + 0.3
+        end = time.thread_time() + 0.1
         while time.thread_time() < end:
             pass
+        burned_enough.set()
+        read.wait()
 
     def sleep() -> None:
         tids["sleep"] = threading.get_native_id()
         go.wait()
-        time.sleep(0.3)
+        read.wait()
 
-    workers = [threading.Thread(target=burn), threading.Thread(target=sleep)]
+    workers = [threading.Thread(target=f, daemon=True) for f in (burn, sleep)]
     for worker in workers:
         worker.start()
     while len(tids) < 2:
         time.sleep(0.01)
     before = _thread_cpu(os.getpid())
     go.set()
-    time.sleep(0.25)
+    assert burned_enough.wait(timeout=30)
     after = _thread_cpu(os.getpid())
+    read.set()
     for worker in workers:
         worker.join()
     burned = after[tids["burn"]] - before[tids["burn"]]
