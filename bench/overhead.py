@@ -32,6 +32,7 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.vs_llama_server import _thread_cpu
 from oars import cli
 from oars.engines import llama
 from oars.weights import pull
@@ -71,13 +72,6 @@ class Passes:
         return [b[0] - a[1] for a, b in itertools.pairwise(m) if b[0] - a[1] < 0.05]
 
 
-def _thread_cpu(native_id: int) -> float:
-    """utime + stime of one thread of this process, seconds."""
-    with open(f"/proc/self/task/{native_id}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _drive(args: argparse.Namespace, port: int, passes: Passes, out: dict[str, Any]) -> None:
     base = f"http://127.0.0.1:{port}"
     while True:
@@ -113,9 +107,9 @@ def _drive(args: argparse.Namespace, port: int, passes: Passes, out: dict[str, A
     usage = httpx.get(f"{base}/metrics", timeout=5).text
     tokens_before = _output_tokens(usage)
     passes.marks.clear()
-    cpu_before = _thread_cpu(loop_id)
+    cpu_before = _thread_cpu(os.getpid())[loop_id]
     wall = sum(streams(args.streams, args.tokens) for _ in range(args.reps))
-    cpu = _thread_cpu(loop_id) - cpu_before
+    cpu = _thread_cpu(os.getpid())[loop_id] - cpu_before
     tokens = _output_tokens(httpx.get(f"{base}/metrics", timeout=5).text) - tokens_before
     decodes = [b - a for a, b in passes.marks]
     out.update(
