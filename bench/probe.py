@@ -201,31 +201,21 @@ def _account(
                 text=True,
                 check=True,
             ).stdout
-            found = read(text).get(group[server.name], Passes([], []))
-            return wall, sum(s.output_tokens for s in done), found
+            theirs = read(text).get(group[server.name], Passes([], []))
+            return wall, sum(s.output_tokens for s in done), theirs
 
-        results = vs._alternate(servers, args.reps, run)
-        out += [
-            f"\n{streams} stream(s) of {tokens} tokens, {args.reps} reps\n",
-            "| | " + " | ".join(s.name for s in servers) + " |",
-            "|---" * (len(servers) + 1) + "|",
-        ]
-        rows: dict[str, list[float]] = {}
-        for reps in results:
+        found = {}
+        for server, reps in zip(servers, vs._alternate(servers, args.reps, run), strict=True):
             merged = Passes(
                 [p for *_, f in reps for p in f.passes], [g for *_, f in reps for g in f.gaps]
             )
-            cells = {
+            found[server.name] = {
                 "wall s, all reps": sum(wall for wall, _, _ in reps),
                 "output tokens, all reps": sum(n for _, n, _ in reps),
                 **summary(merged),
             }
-            for name, value in cells.items():
-                rows.setdefault(name, []).append(value)
-        out += [
-            f"| {name} | " + " | ".join(f"{v:,.2f}" for v in values) + " |"
-            for name, values in rows.items()
-        ]
+        heading = f"{streams} stream(s) of {tokens} tokens, {args.reps} reps"
+        out += vs.account_table(heading, servers, found)
     return "\n".join(out)
 
 

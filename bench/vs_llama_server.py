@@ -738,16 +738,23 @@ def _account(args: argparse.Namespace, servers: Servers) -> str:
                 "output tokens, all reps": sum(n for _, n, _ in reps),
                 **passes.summary([p for _, _, run_passes in reps for p in run_passes]),
             }
-        out += [
-            f"\n{streams} stream(s) of {tokens} tokens, {args.reps} reps\n",
-            "| | " + " | ".join(s.name for s in servers) + " |",
-            "|---" * (len(servers) + 1) + "|",
-        ]
-        names = dict.fromkeys(k for s in found.values() for k in s)
-        for name in names:
-            cells = (found[s.name].get(name, float("nan")) for s in servers)
-            out.append(f"| {name} | " + " | ".join(f"{c:,.2f}" for c in cells) + " |")
+        out += account_table(
+            f"{streams} stream(s) of {tokens} tokens, {args.reps} reps", servers, found
+        )
     return "\n".join(out)
+
+
+def account_table(heading: str, servers: Servers, found: dict[str, dict[str, float]]) -> list[str]:
+    """Lines of a markdown table: a row for each measure, a column for each server."""
+    out = [
+        f"\n{heading}\n",
+        "| | " + " | ".join(s.name for s in servers) + " |",
+        "|---" * (len(servers) + 1) + "|",
+    ]
+    for name in dict.fromkeys(k for s in found.values() for k in s):
+        cells = (found[s.name].get(name, float("nan")) for s in servers)
+        out.append(f"| {name} | " + " | ".join(f"{c:,.2f}" for c in cells) + " |")
+    return out
 
 
 def _measure(args: argparse.Namespace, servers: Servers) -> list[Row]:
