@@ -9,7 +9,10 @@ function every `llama_decode` of both ends in) is placed in the wheel's `libllam
 `llama-server` binary, and `perf record` keeps the times of both while each load runs on one
 server (the loads and servers of `bench.vs_llama_server`, alternating rep by rep). A pass is an
 entry to its return; the time between passes is a return to the next entry (gaps over 20 ms are
-idle waits, not counted).
+idle waits, not counted). `sched:sched_switch` is recorded with them, so the account also
+says who had the two CPUs during a pass and between passes (`occupancy`): the thread that called
+decode, llama.cpp's other compute thread, the server's other threads (oars's event loop,
+llama-server's HTTP threads), the bench's clients, other processes, or nobody.
 
 On oars's side, the time between passes so measured includes what Python does around the call
 (the batch, sampling, the hand-over to the event loop, and anything that takes the engine
@@ -21,6 +24,7 @@ Needs Linux with tracefs (root) and `perf`.
 from __future__ import annotations
 
 import argparse
+import bisect
 import math
 import os
 import re
@@ -30,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +45,10 @@ from oars.weights import pull
 SYMBOL = "_ZN13llama_context6decodeERK15llama_batch_ext"
 UPROBES = Path("/sys/kernel/tracing/uprobe_events")
 GAP_LIMIT_MS = 20.0
-_LINE = re.compile(r"\s*(\d+)\s+([\d.]+):\s+(\w+):(enter|leave):")
+_LINE = re.compile(r"\s*(\d+)\s+(?:\[\d+\]\s+)?([\d.]+):\s+(\w+):(enter|leave):")
+_SWITCH = re.compile(
+    r"\s*\d+\s+\[(\d+)\]\s+([\d.]+):\s+sched:sched_switch:.* prev_pid=(\d+) .*==> .* next_pid=(\d+) "
+)
 
 
 def _offset(binary: Path) -> int:
@@ -82,6 +89,7 @@ class Probes:
 
     def record(self, out: Path) -> subprocess.Popen[bytes]:
         events = [arg for group in self.groups for arg in ("-e", f"{group}:*")]
+        events += ["-e", "sched:sched_switch"]  # what each CPU runs, for `occupancy`
         perf = subprocess.Popen(["perf", "record", "-q", "-a", "-o", str(out), *events])
         time.sleep(1.0)  # perf is tracing by then
         return perf
@@ -89,10 +97,13 @@ class Probes:
 
 @dataclass
 class Passes:
-    """The passes of one load on one server: each pass's ms, and each gap's ms."""
+    """The passes of one load on one server: each pass's ms, and each gap's ms; and each as
+    (thread, from, to), in ms of perf's clock."""
 
     passes: list[float]
     gaps: list[float]
+    windows: list[tuple[int, float, float]] = field(default_factory=list)
+    gap_windows: list[tuple[int, float, float]] = field(default_factory=list)
 
 
 def read(text: str) -> dict[str, Passes]:
@@ -111,11 +122,101 @@ def read(text: str) -> dict[str, Passes]:
             last = ended.get(key)
             if last is not None and at - last < GAP_LIMIT_MS:
                 found.gaps.append(at - last)
+                found.gap_windows.append((tid, last, at))
             opened[key] = at
         elif key in opened:
-            found.passes.append(at - opened.pop(key))
+            entered = opened.pop(key)
+            found.passes.append(at - entered)
+            found.windows.append((tid, entered, at))
             ended[key] = at
     return out
+
+
+# Who had each CPU, ms a pass: the thread that called decode, llama.cpp's other compute thread
+# (the server's thread that ran longest inside passes), the server's other threads, the
+# bench's clients, any other process, and nothing.
+ROLES = ("calling thread", "llama.cpp's other thread", "server's other threads", "bench's clients",
+         "other processes", "idle")  # fmt: skip
+
+
+def switches(text: str) -> dict[int, list[tuple[int, float, float]]]:
+    """`perf script -F tid,cpu,time,event,trace` lines of sched_switch → for each CPU, who ran
+    on it from when to when (tid, start, end), in order; 0 is the idle task."""
+    since: dict[int, float] = {}
+    out: dict[int, list[tuple[int, float, float]]] = {}
+    for line in text.splitlines():
+        m = _SWITCH.match(line)
+        if m is None:
+            continue
+        cpu, at, prev = int(m[1]), float(m[2]) * 1000, int(m[3])
+        if cpu in since:
+            out.setdefault(cpu, []).append((prev, since[cpu], at))
+        since[cpu] = at
+    return out
+
+
+def _held(
+    windows: list[tuple[int, float, float]], cpus: dict[int, list[tuple[int, float, float]]]
+) -> list[dict[int, float]]:
+    """For each window, the ms each thread had a CPU within it (the window's own thread as -1)."""
+    ends = {cpu: [r[2] for r in runs] for cpu, runs in cpus.items()}
+    out = []
+    for caller, start, end in windows:
+        had: dict[int, float] = {}
+        for cpu, runs in cpus.items():
+            i = bisect.bisect_right(ends[cpu], start)  # the first run ending after start
+            while i < len(runs) and runs[i][1] < end:
+                tid, a, b = runs[i]
+                tid = -1 if tid == caller else tid
+                had[tid] = had.get(tid, 0.0) + min(b, end) - max(a, start)
+                i += 1
+        out.append(had)
+    return out
+
+
+def partner(
+    passes: list[tuple[int, float, float]],
+    cpus: dict[int, list[tuple[int, float, float]]],
+    server: set[int],
+) -> int | None:
+    """llama.cpp's other compute thread: the server's thread, other than the one calling decode,
+    that had the CPUs longest during the passes."""
+    inside: dict[int, float] = {}
+    for had in _held(passes, cpus):
+        for tid, ms in had.items():
+            if tid in server:
+                inside[tid] = inside.get(tid, 0.0) + ms
+    return max(inside, key=inside.__getitem__, default=None)
+
+
+def occupancy(
+    windows: list[tuple[int, float, float]],
+    cpus: dict[int, list[tuple[int, float, float]]],
+    server: set[int],
+    bench: set[int],
+    other: int | None,
+) -> dict[str, float]:
+    """Over `windows` (passes, or the times between them), the CPU ms each role (ROLES) had,
+    summed over all CPUs and averaged over the windows: per window they add up to its time ×
+    the CPUs. `other` is llama.cpp's other compute thread (`partner`)."""
+    totals = dict.fromkeys(ROLES, 0.0)
+    for had in _held(windows, cpus):
+        for tid, ms in had.items():
+            if tid == -1:
+                role = ROLES[0]
+            elif tid == other:
+                role = ROLES[1]
+            elif tid in server:
+                role = ROLES[2]
+            elif tid in bench:
+                role = ROLES[3]
+            elif tid == 0:
+                role = ROLES[5]
+            else:
+                role = ROLES[4]
+            totals[role] += ms
+    n = len(windows) or 1
+    return {role: ms / n for role, ms in totals.items()}
 
 
 def summary(found: Passes) -> dict[str, float]:
@@ -144,6 +245,7 @@ def main() -> None:
     parser.add_argument("--ctx", type=int, default=16384)
     parser.add_argument("--parallel", type=int, default=4)
     parser.add_argument("--llama-server", type=Path, default=vs.LLAMA_SERVER)
+    parser.add_argument("--llama-args", default="", help="more arguments for llama-server")
     args = parser.parse_args()
     if not args.llama_server.exists():
         sys.exit(f"{args.llama_server} is missing: run `make llama-server` first")
@@ -155,7 +257,7 @@ def main() -> None:
         account=False,
         ctx=args.ctx,
         oars_args="",
-        llama_args=[""],
+        llama_args=[args.llama_args],
         llama_server=args.llama_server,
         parallel=args.parallel,
         oars_env=[],
@@ -173,6 +275,16 @@ def main() -> None:
             for server in servers:
                 server.stop()
             probes.close()
+
+
+def _count(found: Passes, name: str) -> int:
+    """How many windows an occupancy figure named `name` is the mean of."""
+    return len(found.windows if name.startswith("in a pass") else found.gap_windows)
+
+
+def _tids(pid: int) -> set[int]:
+    """The threads a process has now."""
+    return {int(t) for t in os.listdir(f"/proc/{pid}/task")}
 
 
 def _account(
@@ -195,24 +307,42 @@ def _account(
             wall = time.perf_counter() - began
             perf.send_signal(signal.SIGINT)
             perf.wait()
+            assert server.proc is not None
             text = subprocess.run(
-                ["perf", "script", "-i", str(data), "-F", "tid,time,event"],
+                ["perf", "script", "-i", str(data), "-F", "tid,cpu,time,event,trace"],
                 capture_output=True,
                 text=True,
                 check=True,
             ).stdout
             theirs = read(text).get(group[server.name], Passes([], []))
-            return wall, sum(s.output_tokens for s in done), theirs
+            cpus, ours, bench = switches(text), _tids(server.proc.pid), _tids(os.getpid())
+            other = partner(theirs.windows, cpus, ours)
+            held = {
+                f"{where}, CPU ms: {role}": ms
+                for where, windows in (
+                    ("in a pass", theirs.windows),
+                    ("between", theirs.gap_windows),
+                )
+                for role, ms in occupancy(windows, cpus, ours, bench, other).items()
+            }
+            return wall, sum(s.output_tokens for s in done), theirs, held
 
         found = {}
         for server, reps in zip(servers, vs._alternate(servers, args.reps, run), strict=True):
             merged = Passes(
-                [p for *_, f in reps for p in f.passes], [g for *_, f in reps for g in f.gaps]
+                [p for _, _, f, _ in reps for p in f.passes],
+                [g for _, _, f, _ in reps for g in f.gaps],
             )
+            held = {
+                name: sum(_count(f, name) * h[name] for _, _, f, h in reps)
+                / (sum(_count(f, name) for _, _, f, _ in reps) or 1)
+                for name in reps[0][3]
+            }
             found[server.name] = {
-                "wall s, all reps": sum(wall for wall, _, _ in reps),
-                "output tokens, all reps": sum(n for _, n, _ in reps),
+                "wall s, all reps": sum(wall for wall, *_ in reps),
+                "output tokens, all reps": sum(n for _, n, *_ in reps),
                 **summary(merged),
+                **held,
             }
         heading = f"{streams} stream(s) of {tokens} tokens, {args.reps} reps"
         out += vs.account_table(heading, servers, found)
