@@ -61,8 +61,10 @@ SWITCHES = """\
 
 def test_who_had_the_cpus_in_a_pass_and_between() -> None:
     found = read(SWITCHES)["oars_pass"]
-    assert found.windows == [(101, pytest.approx(2000000.0), pytest.approx(2000010.0)),
-                             (101, pytest.approx(2000011.0), pytest.approx(2000013.0))]  # fmt: skip
+    assert [tid for tid, _, _ in found.windows] == [101, 101]
+    assert [ms for _, *span in found.windows for ms in span] == pytest.approx(
+        [2000000.0, 2000010.0, 2000011.0, 2000013.0]
+    )
     cpus = switches(SWITCHES)
     server, bench = {101, 102, 105}, {900}
     other = partner(found.windows, cpus, server)
