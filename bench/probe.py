@@ -1,6 +1,6 @@
 """llama.cpp's forward passes in oars and in llama-server, timed from outside both processes.
 
-    sudo .venv/bin/python -m bench.probe [--reps 2] [--loads 1,4,16]
+    sudo .venv/bin/python -m bench.probe [--reps 2] [--loads 1,4,16] [--bare]
 
 `bench.vs_llama_server --account` reads each pass back from the servers' debug logs, and those
 logs slow both servers (llama-server's most: its time between passes triples). Here nothing in
@@ -13,6 +13,10 @@ idle waits, not counted). `sched:sched_switch` is recorded with them, so the acc
 says who had the two CPUs during a pass and between passes (`occupancy`): the thread that called
 decode, llama.cpp's other compute thread, the server's other threads (oars's event loop,
 llama-server's HTTP threads), the bench's clients, other processes, or nobody.
+
+`--bare` adds a load with no server on oars's side: a bare Python loop of one-token passes (the
+argmax fed back) through oars's `LlamaContext`, in a process of its own, against llama-server's
+one stream, so llama.cpp's passes in a Python process are seen with nothing beside them.
 
 On oars's side, the time between passes so measured includes what Python does around the call
 (the batch, sampling, the hand-over to the event loop, and anything that takes the engine
@@ -246,6 +250,7 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=4)
     parser.add_argument("--llama-server", type=Path, default=vs.LLAMA_SERVER)
     parser.add_argument("--llama-args", default="", help="more arguments for llama-server")
+    parser.add_argument("--bare", action="store_true", help="also a bare loop of passes")
     args = parser.parse_args()
     if not args.llama_server.exists():
         sys.exit(f"{args.llama_server} is missing: run `make llama-server` first")
@@ -271,6 +276,8 @@ def main() -> None:
                 server.start()
                 server.one(vs._chat("warm-up", 20, "Say hello."), 4)
             print(_account(args, servers, probes, group, Path(tmp)))
+            if args.bare:
+                print(_bare(args, servers[1], probes, Path(tmp)))
         finally:
             for server in servers:
                 server.stop()
@@ -345,8 +352,69 @@ def _account(
                 **held,
             }
         heading = f"{streams} stream(s) of {tokens} tokens, {args.reps} reps"
-        out += vs.account_table(heading, servers, found)
+        out += vs.account_table(heading, [s.name for s in servers], found)
     return "\n".join(out)
+
+
+# The bare loop's process: a prompt of 100 tokens, then `tokens` passes of one token each (the
+# last pass's argmax fed back), started by a line on stdin once the model is loaded.
+BARE = """
+import sys
+import llama_cpp
+from bench.kernels import raw_context
+from oars.engines.batching import Feed
+path, tokens, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+context = raw_context(llama_cpp, path, repack=False, n_seq=4, n_ctx_seq=16384, threads=threads)
+context.decode([Feed(0, list(range(1000, 1100)), 0, True)])
+print("ready", flush=True)
+sys.stdin.readline()
+token = int(context.logits(0).argmax())
+for pos in range(100, 100 + tokens):
+    context.decode([Feed(0, [token], pos, True)])
+    token = int(context.logits(0).argmax())
+print("done", flush=True)
+"""
+
+
+def _bare(args: argparse.Namespace, server: vs.Server, probes: Probes, tmp: Path) -> str:
+    """The bare loop against `server`'s single stream, `--reps` times each, alternating."""
+    data, found = tmp / "perf.data", {"bare loop": Passes([], []), server.name: Passes([], [])}
+    for rep in range(args.reps):
+        child = subprocess.Popen(
+            [sys.executable, "-c", BARE, str(pull()), str(args.tokens), str(args.threads)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        assert child.stdin is not None and child.stdout is not None
+        child.stdout.readline()
+        for who in found:
+            perf = probes.record(data)
+            if who == server.name:
+                server.many(vs._counting(f"bare {rep}", 1), args.tokens)
+            else:
+                child.stdin.write("\n")
+                child.stdin.flush()
+                child.stdout.readline()
+            perf.send_signal(signal.SIGINT)
+            perf.wait()
+            text = subprocess.run(
+                ["perf", "script", "-i", str(data), "-F", "tid,time,event"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            group = "oars_pass" if who == "bare loop" else "llama_server_pass"
+            got = read(text).get(group, Passes([], []))
+            found[who].passes.extend(got.passes[1:] if who == server.name else got.passes)
+            found[who].gaps.extend(got.gaps)
+        child.wait()
+    heading = (
+        f"one token a pass: a bare loop against 1 stream, {args.tokens} tokens, {args.reps} reps"
+    )
+    rows = {who: summary(passes) for who, passes in found.items()}
+    return "\n".join(vs.account_table(heading, list(found), rows))
 
 
 if __name__ == "__main__":

@@ -738,21 +738,20 @@ def _account(args: argparse.Namespace, servers: Servers) -> str:
                 "output tokens, all reps": sum(n for _, n, _ in reps),
                 **passes.summary([p for _, _, run_passes in reps for p in run_passes]),
             }
-        out += account_table(
-            f"{streams} stream(s) of {tokens} tokens, {args.reps} reps", servers, found
-        )
+        heading = f"{streams} stream(s) of {tokens} tokens, {args.reps} reps"
+        out += account_table(heading, [s.name for s in servers], found)
     return "\n".join(out)
 
 
-def account_table(heading: str, servers: Servers, found: dict[str, dict[str, float]]) -> list[str]:
-    """Lines of a markdown table: a row for each measure, a column for each server."""
+def account_table(heading: str, names: list[str], found: dict[str, dict[str, float]]) -> list[str]:
+    """Lines of a markdown table: a row for each measure, a column for each of `names`."""
     out = [
         f"\n{heading}\n",
-        "| | " + " | ".join(s.name for s in servers) + " |",
-        "|---" * (len(servers) + 1) + "|",
+        "| | " + " | ".join(names) + " |",
+        "|---" * (len(names) + 1) + "|",
     ]
     for name in dict.fromkeys(k for s in found.values() for k in s):
-        cells = (found[s.name].get(name, float("nan")) for s in servers)
+        cells = (found[server].get(name, float("nan")) for server in names)
         out.append(f"| {name} | " + " | ".join(f"{c:,.2f}" for c in cells) + " |")
     return out
 
