@@ -284,6 +284,15 @@ def main() -> None:
             probes.close()
 
 
+def _stop(perf: subprocess.Popen[bytes], data: Path) -> str:
+    """Stop a `Probes.record` and read back what it kept (`read` and `switches` take it)."""
+    perf.send_signal(signal.SIGINT)
+    perf.wait()
+    fields = "tid,cpu,time,event,trace"
+    script = ["perf", "script", "-i", str(data), "-F", fields]
+    return subprocess.run(script, capture_output=True, text=True, check=True).stdout
+
+
 def _count(found: Passes, name: str) -> int:
     """How many windows an occupancy figure named `name` is the mean of."""
     return len(found.windows if name.startswith("in a pass") else found.gap_windows)
@@ -312,15 +321,8 @@ def _account(
             began = time.perf_counter()
             done = server.many(vs._counting(f"probe {rep} {streams}", streams), tokens)
             wall = time.perf_counter() - began
-            perf.send_signal(signal.SIGINT)
-            perf.wait()
+            text = _stop(perf, data)
             assert server.proc is not None
-            text = subprocess.run(
-                ["perf", "script", "-i", str(data), "-F", "tid,cpu,time,event,trace"],
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout
             theirs = read(text).get(group[server.name], Passes([], []))
             cpus, ours, bench = switches(text), _tids(server.proc.pid), _tids(os.getpid())
             other = partner(theirs.windows, cpus, ours)
@@ -397,14 +399,7 @@ def _bare(args: argparse.Namespace, server: vs.Server, probes: Probes, tmp: Path
                 child.stdin.write("\n")
                 child.stdin.flush()
                 child.stdout.readline()
-            perf.send_signal(signal.SIGINT)
-            perf.wait()
-            text = subprocess.run(
-                ["perf", "script", "-i", str(data), "-F", "tid,time,event"],
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout
+            text = _stop(perf, data)
             group = "oars_pass" if who == "bare loop" else "llama_server_pass"
             got = read(text).get(group, Passes([], []))
             found[who].passes.extend(got.passes[1:] if who == server.name else got.passes)
