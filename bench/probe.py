@@ -101,17 +101,25 @@ class Probes:
 
 @dataclass
 class Passes:
-    """The passes of one load on one server: each pass's ms, and each gap's ms; and each as
-    (thread, from, to), in ms of perf's clock."""
+    """The passes of one load on one server, and the times between them, each as (thread,
+    from, to) in ms of perf's clock."""
 
-    passes: list[float]
-    gaps: list[float]
     windows: list[tuple[int, float, float]] = field(default_factory=list)
     gap_windows: list[tuple[int, float, float]] = field(default_factory=list)
 
+    @property
+    def passes(self) -> list[float]:
+        """Each pass's ms."""
+        return [end - start for _, start, end in self.windows]
+
+    @property
+    def gaps(self) -> list[float]:
+        """Each time between two passes, ms."""
+        return [end - start for _, start, end in self.gap_windows]
+
 
 def read(text: str) -> dict[str, Passes]:
-    """`perf script -F tid,time,event` output → the passes of each group (by thread: a pass
+    """`perf script -F tid[,cpu],time,event` output → the passes of each group (by thread: a pass
     starts and ends on the thread that called decode)."""
     opened: dict[tuple[str, int], float] = {}
     ended: dict[tuple[str, int], float] = {}
@@ -121,17 +129,14 @@ def read(text: str) -> dict[str, Passes]:
         if m is None:
             continue
         tid, at, group, edge = int(m[1]), float(m[2]) * 1000, m[3], m[4]
-        key, found = (group, tid), out.setdefault(group, Passes([], []))
+        key, found = (group, tid), out.setdefault(group, Passes())
         if edge == "enter":
             last = ended.get(key)
             if last is not None and at - last < GAP_LIMIT_MS:
-                found.gaps.append(at - last)
                 found.gap_windows.append((tid, last, at))
             opened[key] = at
         elif key in opened:
-            entered = opened.pop(key)
-            found.passes.append(at - entered)
-            found.windows.append((tid, entered, at))
+            found.windows.append((tid, opened.pop(key), at))
             ended[key] = at
     return out
 
@@ -159,7 +164,7 @@ def switches(text: str) -> dict[int, list[tuple[int, float, float]]]:
     return out
 
 
-def _held(
+def held(
     windows: list[tuple[int, float, float]], cpus: dict[int, list[tuple[int, float, float]]]
 ) -> list[dict[int, float]]:
     """For each window, the ms each thread had a CPU within it (the window's own thread as -1)."""
@@ -178,15 +183,11 @@ def _held(
     return out
 
 
-def partner(
-    passes: list[tuple[int, float, float]],
-    cpus: dict[int, list[tuple[int, float, float]]],
-    server: set[int],
-) -> int | None:
+def partner(passes: list[dict[int, float]], server: set[int]) -> int | None:
     """llama.cpp's other compute thread: the server's thread, other than the one calling decode,
-    that had the CPUs longest during the passes."""
+    that had the CPUs longest during the passes (`held` of them)."""
     inside: dict[int, float] = {}
-    for had in _held(passes, cpus):
+    for had in passes:
         for tid, ms in had.items():
             if tid in server:
                 inside[tid] = inside.get(tid, 0.0) + ms
@@ -194,17 +195,13 @@ def partner(
 
 
 def occupancy(
-    windows: list[tuple[int, float, float]],
-    cpus: dict[int, list[tuple[int, float, float]]],
-    server: set[int],
-    bench: set[int],
-    other: int | None,
+    windows: list[dict[int, float]], server: set[int], bench: set[int], other: int | None
 ) -> dict[str, float]:
-    """Over `windows` (passes, or the times between them), the CPU ms each role (ROLES) had,
-    summed over all CPUs and averaged over the windows: per window they add up to its time ×
-    the CPUs. `other` is llama.cpp's other compute thread (`partner`)."""
+    """Over `windows` (`held` of passes, or of the times between them), the CPU ms each role
+    (ROLES) had, summed over all CPUs and all windows: per window they add up to its time × the
+    CPUs. `other` is llama.cpp's other compute thread (`partner`)."""
     totals = dict.fromkeys(ROLES, 0.0)
-    for had in _held(windows, cpus):
+    for had in windows:
         for tid, ms in had.items():
             if tid == -1:
                 role = ROLES[0]
@@ -219,8 +216,7 @@ def occupancy(
             else:
                 role = ROLES[4]
             totals[role] += ms
-    n = len(windows) or 1
-    return {role: ms / n for role, ms in totals.items()}
+    return totals
 
 
 def summary(found: Passes) -> dict[str, float]:
@@ -293,16 +289,6 @@ def _stop(perf: subprocess.Popen[bytes], data: Path) -> str:
     return subprocess.run(script, capture_output=True, text=True, check=True).stdout
 
 
-def _count(found: Passes, name: str) -> int:
-    """How many windows an occupancy figure named `name` is the mean of."""
-    return len(found.windows if name.startswith("in a pass") else found.gap_windows)
-
-
-def _tids(pid: int) -> set[int]:
-    """The threads a process has now."""
-    return {int(t) for t in os.listdir(f"/proc/{pid}/task")}
-
-
 def _account(
     args: argparse.Namespace,
     servers: vs.Servers,
@@ -323,35 +309,34 @@ def _account(
             wall = time.perf_counter() - began
             text = _stop(perf, data)
             assert server.proc is not None
-            theirs = read(text).get(group[server.name], Passes([], []))
-            cpus, ours, bench = switches(text), _tids(server.proc.pid), _tids(os.getpid())
-            other = partner(theirs.windows, cpus, ours)
-            held = {
-                f"{where}, CPU ms: {role}": ms
-                for where, windows in (
-                    ("in a pass", theirs.windows),
-                    ("between", theirs.gap_windows),
-                )
-                for role, ms in occupancy(windows, cpus, ours, bench, other).items()
+            theirs = read(text).get(group[server.name], Passes())
+            cpus = switches(text)
+            ours, bench = set(vs._thread_cpu(server.proc.pid)), set(vs._thread_cpu(os.getpid()))
+            passes, gaps = held(theirs.windows, cpus), held(theirs.gap_windows, cpus)
+            other = partner(passes, ours)
+            cpu = {
+                where: occupancy(windows, ours, bench, other)
+                for where, windows in (("in a pass", passes), ("between", gaps))
             }
-            return wall, sum(s.output_tokens for s in done), theirs, held
+            return wall, sum(s.output_tokens for s in done), theirs, cpu
 
         found = {}
         for server, reps in zip(servers, vs._alternate(servers, args.reps, run), strict=True):
             merged = Passes(
-                [p for _, _, f, _ in reps for p in f.passes],
-                [g for _, _, f, _ in reps for g in f.gaps],
+                [w for _, _, f, _ in reps for w in f.windows],
+                [w for _, _, f, _ in reps for w in f.gap_windows],
             )
-            held = {
-                name: sum(_count(f, name) * h[name] for _, _, f, h in reps)
-                / (sum(_count(f, name) for _, _, f, _ in reps) or 1)
-                for name in reps[0][3]
+            counts = {"in a pass": len(merged.windows), "between": len(merged.gap_windows)}
+            means = {  # the CPU ms a role had in a pass (between two), over all the reps
+                f"{where}, CPU ms: {role}": sum(cpu[where][role] for *_, cpu in reps) / (n or 1)
+                for where, n in counts.items()
+                for role in ROLES
             }
             found[server.name] = {
                 "wall s, all reps": sum(wall for wall, *_ in reps),
                 "output tokens, all reps": sum(n for _, n, *_ in reps),
                 **summary(merged),
-                **held,
+                **means,
             }
         heading = f"{streams} stream(s) of {tokens} tokens, {args.reps} reps"
         out += vs.account_table(heading, [s.name for s in servers], found)
@@ -380,7 +365,7 @@ print("done", flush=True)
 
 def _bare(args: argparse.Namespace, server: vs.Server, probes: Probes, tmp: Path) -> str:
     """The bare loop against `server`'s single stream, `--reps` times each, alternating."""
-    data, found = tmp / "perf.data", {"bare loop": Passes([], []), server.name: Passes([], [])}
+    data, found = tmp / "perf.data", {"bare loop": Passes(), server.name: Passes()}
     for rep in range(args.reps):
         child = subprocess.Popen(
             [sys.executable, "-c", BARE, str(pull()), str(args.tokens), str(args.threads)],
@@ -401,9 +386,9 @@ def _bare(args: argparse.Namespace, server: vs.Server, probes: Probes, tmp: Path
                 child.stdout.readline()
             text = _stop(perf, data)
             group = "oars_pass" if who == "bare loop" else "llama_server_pass"
-            got = read(text).get(group, Passes([], []))
-            found[who].passes.extend(got.passes[1:] if who == server.name else got.passes)
-            found[who].gaps.extend(got.gaps)
+            got = read(text).get(group, Passes())
+            found[who].windows += got.windows[1:] if who == server.name else got.windows
+            found[who].gap_windows += got.gap_windows
         child.wait()
     heading = (
         f"one token a pass: a bare loop against 1 stream, {args.tokens} tokens, {args.reps} reps"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.probe import occupancy, partner, read, summary, switches
+from bench.probe import held, occupancy, partner, read, summary, switches
 
 SCRIPT = """\
   101 1000.000000:  oars_pass:enter:
@@ -67,9 +67,10 @@ def test_who_had_the_cpus_in_a_pass_and_between() -> None:
     )
     cpus = switches(SWITCHES)
     server, bench = {101, 102, 105}, {900}
-    other = partner(found.windows, cpus, server)
+    passes = held(found.windows, cpus)
+    other = partner(passes, server)
     assert other == 102
-    first = occupancy(found.windows[:1], cpus, server, bench, other)
+    first = occupancy(passes[:1], server, bench, other)
     assert first == pytest.approx(
         {
             "calling thread": 8.0,
@@ -81,7 +82,7 @@ def test_who_had_the_cpus_in_a_pass_and_between() -> None:
         }
     )
     assert sum(first.values()) == pytest.approx(2 * 10.0)  # the pass's time × 2 CPUs
-    between = occupancy(found.gap_windows, cpus, server, bench, other)
+    between = occupancy(held(found.gap_windows, cpus), server, bench, other)
     assert between == pytest.approx(
         {
             "calling thread": 1.0,
