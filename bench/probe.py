@@ -12,7 +12,9 @@ entry to its return; the time between passes is a return to the next entry (gaps
 idle waits, not counted). `sched:sched_switch` is recorded with them, so the account also
 says who had the two CPUs during a pass and between passes (`occupancy`): the thread that called
 decode, llama.cpp's other compute thread, the server's other threads (oars's event loop,
-llama-server's HTTP threads), the bench's clients, other processes, or nobody.
+llama-server's HTTP threads), the bench's clients, other processes, or nobody; and how long a
+pass ran before llama.cpp's other compute thread got a CPU (`late`: until then the pass has one
+thread, and the other CPU does what woke at its start).
 
 `--bare` adds a load with no server on oars's side: a bare Python loop of one-token passes (the
 argmax fed back) through oars's `LlamaContext`, in a process of its own, against llama-server's
@@ -150,17 +152,22 @@ ROLES = ("calling thread", "llama.cpp's other thread", "server's other threads",
 
 def switches(text: str) -> dict[int, list[tuple[int, float, float]]]:
     """`perf script -F tid,cpu,time,event,trace` lines of sched_switch → for each CPU, who ran
-    on it from when to when (tid, start, end), in order; 0 is the idle task."""
-    since: dict[int, float] = {}
+    on it from when to when (tid, start, end), in order; 0 is the idle task. Who a CPU last
+    switched to runs until the last switch seen on any CPU."""
+    since: dict[int, tuple[int, float]] = {}  # a CPU's last switch: to whom, when
     out: dict[int, list[tuple[int, float, float]]] = {}
+    last = 0.0
     for line in text.splitlines():
         m = _SWITCH.match(line)
         if m is None:
             continue
-        cpu, at, prev = int(m[1]), float(m[2]) * 1000, int(m[3])
+        cpu, at, prev, to = int(m[1]), float(m[2]) * 1000, int(m[3]), int(m[4])
         if cpu in since:
-            out.setdefault(cpu, []).append((prev, since[cpu], at))
-        since[cpu] = at
+            out.setdefault(cpu, []).append((prev, since[cpu][1], at))
+        since[cpu], last = (to, at), max(last, at)
+    for cpu, (tid, at) in since.items():
+        if at < last:
+            out.setdefault(cpu, []).append((tid, at, last))
     return out
 
 
@@ -194,6 +201,24 @@ def partner(passes: list[dict[int, float]], server: set[int]) -> int | None:
     return max(inside, key=inside.__getitem__, default=None)
 
 
+def late(
+    windows: list[tuple[int, float, float]],
+    cpus: dict[int, list[tuple[int, float, float]]],
+    thread: int | None,
+) -> list[float]:
+    """For each window, the ms from its start until `thread` had a CPU: 0 if it had one at the
+    start, the window's whole length if it had none in it. Of passes and llama.cpp's other
+    compute thread: how long a pass ran on one thread before the other took part."""
+    runs = sorted((a, b) for on_cpu in cpus.values() for tid, a, b in on_cpu if tid == thread)
+    ends = [b for _, b in runs]
+    out = []
+    for _, start, end in windows:
+        i = bisect.bisect_right(ends, start)  # its first run ending after the window starts
+        first = runs[i][0] if i < len(runs) else end
+        out.append(min(max(first, start), end) - start)
+    return out
+
+
 def occupancy(
     windows: list[dict[int, float]], server: set[int], bench: set[int], other: int | None
 ) -> dict[str, float]:
@@ -217,6 +242,14 @@ def occupancy(
                 role = ROLES[4]
             totals[role] += ms
     return totals
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else math.nan
+
+
+def _mean(values: list[float]) -> float:
+    return statistics.fmean(values) if values else math.nan
 
 
 def summary(found: Passes) -> dict[str, float]:
@@ -318,17 +351,19 @@ def _account(
                 where: occupancy(windows, ours, bench, other)
                 for where, windows in (("in a pass", passes), ("between", gaps))
             }
-            return wall, sum(s.output_tokens for s in done), theirs, cpu
+            waits = late(theirs.windows, cpus, other)
+            return wall, sum(s.output_tokens for s in done), theirs, cpu, waits
 
         found = {}
         for server, reps in zip(servers, vs._alternate(servers, args.reps, run), strict=True):
             merged = Passes(
-                [w for _, _, f, _ in reps for w in f.windows],
-                [w for _, _, f, _ in reps for w in f.gap_windows],
+                [w for _, _, f, *_ in reps for w in f.windows],
+                [w for _, _, f, *_ in reps for w in f.gap_windows],
             )
+            waits = [ms for *_, rep_waits in reps for ms in rep_waits]
             counts = {"in a pass": len(merged.windows), "between": len(merged.gap_windows)}
             means = {  # the CPU ms a role had in a pass (between two), over all the reps
-                f"{where}, CPU ms: {role}": sum(cpu[where][role] for *_, cpu in reps) / (n or 1)
+                f"{where}, CPU ms: {role}": sum(cpu[where][role] for *_, cpu, _ in reps) / (n or 1)
                 for where, n in counts.items()
                 for role in ROLES
             }
@@ -336,6 +371,8 @@ def _account(
                 "wall s, all reps": sum(wall for wall, *_ in reps),
                 "output tokens, all reps": sum(n for _, n, *_ in reps),
                 **summary(merged),
+                "a pass's start to llama.cpp's other thread's, ms, median": _median(waits),
+                "a pass's start to llama.cpp's other thread's, ms, mean": _mean(waits),
                 **means,
             }
         heading = f"{streams} stream(s) of {tokens} tokens, {args.reps} reps"

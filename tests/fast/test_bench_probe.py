@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.probe import held, occupancy, partner, read, summary, switches
+from bench.probe import held, late, occupancy, partner, read, summary, switches
 
 SCRIPT = """\
   101 1000.000000:  oars_pass:enter:
@@ -93,3 +93,12 @@ def test_who_had_the_cpus_in_a_pass_and_between() -> None:
             "idle": 0.5,
         }
     )
+
+
+def test_how_long_a_pass_ran_before_the_other_compute_thread_took_part() -> None:
+    found = read(SWITCHES)["oars_pass"]
+    cpus = switches(SWITCHES)
+    # 102 had CPU 1 when the first pass began; in the second it waited for 777 until 2000.012
+    assert late(found.windows, cpus, 102) == pytest.approx([0.0, 1.0])
+    # a thread that never ran in a window waited all of it
+    assert late(found.windows, cpus, 105) == pytest.approx([4.0, 2.0])
