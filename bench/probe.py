@@ -208,7 +208,10 @@ def late(
 ) -> list[float]:
     """For each window, the ms from its start until `thread` had a CPU: 0 if it had one at the
     start, the window's whole length if it had none in it. Of passes and llama.cpp's other
-    compute thread: how long a pass ran on one thread before the other took part."""
+    compute thread: how long a pass ran on one thread before the other took part. None (no
+    such thread was found): nothing to say."""
+    if thread is None:
+        return []
     runs = sorted((a, b) for on_cpu in cpus.values() for tid, a, b in on_cpu if tid == thread)
     ends = [b for _, b in runs]
     out = []

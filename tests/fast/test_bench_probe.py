@@ -102,3 +102,4 @@ def test_how_long_a_pass_ran_before_the_other_compute_thread_took_part() -> None
     assert late(found.windows, cpus, 102) == pytest.approx([0.0, 1.0])
     # a thread that never ran in a window waited all of it
     assert late(found.windows, cpus, 105) == pytest.approx([4.0, 2.0])
+    assert late(found.windows, cpus, None) == []  # no other compute thread was found
