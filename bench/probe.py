@@ -42,7 +42,6 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from bench import vs_llama_server as vs
 from oars.weights import pull
@@ -261,10 +260,10 @@ def summary(found: Passes) -> dict[str, float]:
     return {
         "passes": len(p),
         "pass ms, 25th percentile": quartiles[0],
-        "pass ms, median": statistics.median(p) if p else math.nan,
+        "pass ms, median": _median(p),
         "pass ms, 75th percentile": quartiles[2],
         "pass ms (sum)": sum(p),
-        "between passes ms, median": statistics.median(g) if g else math.nan,
+        "between passes ms, median": _median(g),
         "between passes ms (sum)": sum(g),
     }
 
@@ -325,6 +324,17 @@ def _stop(perf: subprocess.Popen[bytes], data: Path) -> str:
     return subprocess.run(script, capture_output=True, text=True, check=True).stdout
 
 
+@dataclass
+class Rep:
+    """One rep of a load on one server, as the probes saw it."""
+
+    wall: float  # s
+    tokens: int  # output tokens of its streams
+    passes: Passes
+    cpu: dict[str, dict[str, float]]  # "in a pass" / "between" → `occupancy`
+    waits: list[float]  # `late` of its passes
+
+
 def _account(
     args: argparse.Namespace,
     servers: vs.Servers,
@@ -337,7 +347,7 @@ def _account(
     for streams in (int(n) for n in args.loads.split(",")):
         tokens = args.tokens if streams <= 4 else args.tokens16
 
-        def run(server: vs.Server, rep: int, streams: int = streams, tokens: int = tokens) -> Any:
+        def run(server: vs.Server, rep: int, streams: int = streams, tokens: int = tokens) -> Rep:
             data = tmp / "perf.data"
             perf = probes.record(data)
             began = time.perf_counter()
@@ -355,24 +365,24 @@ def _account(
                 for where, windows in (("in a pass", passes), ("between", gaps))
             }
             waits = late(theirs.windows, cpus, other)
-            return wall, sum(s.output_tokens for s in done), theirs, cpu, waits
+            return Rep(wall, sum(s.output_tokens for s in done), theirs, cpu, waits)
 
         found = {}
         for server, reps in zip(servers, vs._alternate(servers, args.reps, run), strict=True):
             merged = Passes(
-                [w for _, _, f, *_ in reps for w in f.windows],
-                [w for _, _, f, *_ in reps for w in f.gap_windows],
+                [w for r in reps for w in r.passes.windows],
+                [w for r in reps for w in r.passes.gap_windows],
             )
-            waits = [ms for *_, rep_waits in reps for ms in rep_waits]
+            waits = [ms for r in reps for ms in r.waits]
             counts = {"in a pass": len(merged.windows), "between": len(merged.gap_windows)}
             means = {  # the CPU ms a role had in a pass (between two), over all the reps
-                f"{where}, CPU ms: {role}": sum(cpu[where][role] for *_, cpu, _ in reps) / (n or 1)
+                f"{where}, CPU ms: {role}": sum(r.cpu[where][role] for r in reps) / (n or 1)
                 for where, n in counts.items()
                 for role in ROLES
             }
             found[server.name] = {
-                "wall s, all reps": sum(wall for wall, *_ in reps),
-                "output tokens, all reps": sum(n for _, n, *_ in reps),
+                "wall s, all reps": sum(r.wall for r in reps),
+                "output tokens, all reps": sum(r.tokens for r in reps),
                 **summary(merged),
                 "a pass's start to llama.cpp's other thread's, ms, median": _median(waits),
                 "a pass's start to llama.cpp's other thread's, ms, mean": _mean(waits),
