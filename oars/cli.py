@@ -101,6 +101,14 @@ def _parser() -> argparse.ArgumentParser:
         "was built with a GPU backend, `make serve GPU=cuda|metal|vulkan`)",
     )
     serve.add_argument(
+        "--flash-attn",
+        choices=("on", "off"),
+        default=None,
+        help="llama.cpp's flash attention (default: off on the CPU, llama.cpp's choice on a "
+        "GPU). On the CPU it is faster for long prompts and slower for a short turn after a "
+        "long context, and a request's text then depends on what runs beside it",
+    )
+    serve.add_argument(
         "--tool-format",
         choices=CALL_FORMATS,
         default=None,
@@ -322,6 +330,7 @@ def _serve(
             tool_format=args.tool_format,
             guards={"on": True, "off": False}.get(args.small_model_guards),
             n_gpu_layers=layers,
+            flash_attn=None if args.flash_attn is None else args.flash_attn == "on",
             parallel=args.parallel,
             queue_depth=args.queue_depth,
             prefill_chunk=args.prefill_chunk,

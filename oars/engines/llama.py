@@ -135,6 +135,7 @@ class LlamaEngine:
         tool_format: str | None = None,
         guards: bool | None = None,
         n_gpu_layers: int = 0,
+        flash_attn: bool | None = None,
         parallel: int | None = None,
         queue_depth: int = 64,
         prefill_chunk: int = 256,
@@ -196,14 +197,18 @@ class LlamaEngine:
         self.capacity = Capacity(self.parallel, queue_depth)
         self._prepare_pool = BigStackPool(max_workers=2, thread_name_prefix="oars-prepare")
         n_batch = max(N_BATCH, self.parallel, prefill_chunk)
-        # On the CPU, llama.cpp's flash attention is slower where agents spend their time and
-        # makes a row's logits depend on the batch. `bench.attention --fill 8000` on 2 cores,
-        # the default model: 13 new tokens 285 ms without it against 588 ms with it, the
-        # prefill 98 s against 103 s, one token 52 ms against 65 ms; a sequence's logits in a
-        # pass of 4 sequences of unequal lengths differ from its lone pass by up to 0.31 with
-        # it, 0.0 without. It costs memory for the attention scores of a pass (up to 0.5 GiB
-        # at 16k tokens). On a GPU llama.cpp decides.
-        flash_attn = None if n_gpu_layers else False
+        # Flash attention, unless asked, is off on the CPU: with it a row's logits depend on
+        # its pass (llama.cpp takes another kernel for a sequence's lone token row over 512
+        # cells or more, and for 64 rows or more, than for the rest), so a request's text would
+        # depend on what runs beside it, and a short turn after a long context is slower.
+        # `bench.attention` on 2 cores with AVX-512, the default model: after 2,000 tokens,
+        # 13 new tokens 140 ms without it against 177 ms with it, one token 27.7 against 26.3,
+        # the prefill 11.5 s against 10.0 s; a sequence's logits in a pass of 4 differ from
+        # its lone pass by up to 0.32 with it, 0.0 without. On an AVX2 box after 8,000 tokens:
+        # 13 tokens 285 against 588 ms. Without it a pass holds its attention scores (up to
+        # 0.5 GiB at 16k tokens). On a GPU llama.cpp decides.
+        if flash_attn is None:
+            flash_attn = None if n_gpu_layers else False
         context = LlamaContext(
             llama_cpp,
             self._model,

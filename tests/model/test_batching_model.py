@@ -283,6 +283,14 @@ def test_a_long_prompt_is_kept_on_disk_for_a_new_process(
     cached = usage["input_tokens_details"]["cached_tokens"]
     # everything up to where "Say A." and "Say B." differ
     assert 400 < cached < usage["input_tokens"] == before["input_tokens"]
+    # with flash attention llama.cpp lays the memory out otherwise: what was kept without it
+    # is not loaded, and the prompt is evaluated again
+    flash = (*args, "--flash-attn", "on")
+    server = cast(Generator[str, None, None], _serve(tmp_path_factory, *flash, env=home))
+    third = _timed_stream(next(server), {**body, "input": "Say C."})["final"]
+    server.close()
+    assert third["status"] == "completed" and _text(third)
+    assert third["usage"]["input_tokens_details"]["cached_tokens"] == 0
 
 
 def test_llama_cpp_s_own_log_comes_through_oars_s_log_at_debug_level(
@@ -305,4 +313,11 @@ def test_llama_cpp_s_own_log_comes_through_oars_s_log_at_debug_level(
     # whole lines, pieces joined: where llama.cpp put the weights; none repacked (a batch's
     # rows would go through other kernels than a lone row)
     assert buffers and not [b for b in buffers if "REPACK" in b], buffers
+    # nor flash attention (its kernels also depend on the batch), unless `--flash-attn on`
+    flash = [
+        m
+        for line in llama
+        if (m := re.match(r"llama_context: +flash_attn += (\w+)", line["message"]))
+    ]
+    assert flash and {m.group(1) for m in flash} == {"disabled"}
     assert {line["level"] for line in llama} == {"debug"}
