@@ -204,9 +204,9 @@ class LlamaEngine:
         # `bench.attention` on 2 cores with AVX-512, the default model: after 2,000 tokens,
         # 13 new tokens 140 ms without it against 177 ms with it, one token 27.7 against 26.3,
         # the prefill 11.5 s against 10.0 s; a sequence's logits in a pass of 4 differ from
-        # its lone pass by up to 0.32 with it, 0.0 without. On an AVX2 box after 8,000 tokens:
-        # 13 tokens 285 against 588 ms. Without it a pass holds its attention scores (up to
-        # 0.5 GiB at 16k tokens). On a GPU llama.cpp decides.
+        # its lone pass by up to 0.32 with it, 0.0 without. On an earlier, slower box, after
+        # 8,000 tokens: 13 tokens 285 against 588 ms. Without it a pass holds its attention
+        # scores (up to 0.5 GiB at 16k tokens). On a GPU llama.cpp decides.
         if flash_attn is None:
             flash_attn = None if n_gpu_layers else False
         context = LlamaContext(
