@@ -340,7 +340,8 @@ def _serve(
         )
         print(
             f"oars: {engine.info.id}: {describe(layers)}, {engine.parallel} sequences of "
-            f"{args.ctx} tokens, {engine.queue_depth} may wait",
+            f"{args.ctx} tokens, {engine.queue_depth} may wait"
+            + (", flash attention on" if args.flash_attn == "on" else ""),
             flush=True,
         )
         engines[engine.info.id] = engine

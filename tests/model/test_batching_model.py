@@ -286,11 +286,16 @@ def test_a_long_prompt_is_kept_on_disk_for_a_new_process(
     # with flash attention llama.cpp lays the memory out otherwise: what was kept without it
     # is not loaded, and the prompt is evaluated again
     flash = (*args, "--flash-attn", "on")
-    server = cast(Generator[str, None, None], _serve(tmp_path_factory, *flash, env=home))
+    folder = tmp_path / "flash"
+    folder.mkdir()
+    server = cast(
+        Generator[str, None, None], _serve(tmp_path_factory, *flash, env=home, folder=folder)
+    )
     third = _timed_stream(next(server), {**body, "input": "Say C."})["final"]
     server.close()
     assert third["status"] == "completed" and _text(third)
     assert third["usage"]["input_tokens_details"]["cached_tokens"] == 0
+    assert "flash attention on" in (folder / "oars.log").read_text()
 
 
 def test_llama_cpp_s_own_log_comes_through_oars_s_log_at_debug_level(
