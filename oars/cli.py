@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from oars.mcp.config import McpConfig
 from oars.families import CALL_FORMATS
 
+ON_OFF = {"on": True, "off": False}  # a switch's word; anything else (auto, unset): None
+
 
 def _env(name: str, default: str) -> str:
     return os.environ.get(f"OARS_{name}", default)
@@ -328,9 +330,9 @@ def _serve(
             n_ctx=args.ctx,
             n_threads=args.threads,
             tool_format=args.tool_format,
-            guards={"on": True, "off": False}.get(args.small_model_guards),
+            guards=ON_OFF.get(args.small_model_guards),
             n_gpu_layers=layers,
-            flash_attn=None if args.flash_attn is None else args.flash_attn == "on",
+            flash_attn=ON_OFF.get(args.flash_attn),
             parallel=args.parallel,
             queue_depth=args.queue_depth,
             prefill_chunk=args.prefill_chunk,
