@@ -53,7 +53,7 @@ class EventLog:
     def __init__(self) -> None:
         self.events: list[Event] = []
         self.closed = False
-        self._changed = asyncio.Event()
+        self._waiting: list[asyncio.Future[None]] = []  # a future for each reader waiting
 
     def append(self, events: list[Event]) -> None:
         self.events.extend(events)
@@ -64,8 +64,16 @@ class EventLog:
         self._wake()
 
     def _wake(self) -> None:
-        changed, self._changed = self._changed, asyncio.Event()
-        changed.set()
+        waiting, self._waiting = self._waiting, []
+        for waiter in waiting:
+            if not waiter.done():  # (a reader whose wait was cancelled)
+                waiter.set_result(None)
+
+    def _changed(self) -> asyncio.Future[None]:
+        """Done at the next append or close."""
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiting.append(waiter)
+        return waiter
 
     async def follow(
         self, after: int = -1, keepalive: float | None = None
@@ -77,7 +85,6 @@ class EventLog:
         silence = Silence(keepalive) if keepalive is not None else None
         try:
             while True:
-                changed = self._changed
                 if position < len(self.events):
                     batch = self.events[position:]
                     position += len(batch)
@@ -87,10 +94,10 @@ class EventLog:
                 if position < len(self.events):
                     continue
                 if silence is None:
-                    await changed.wait()
+                    await self._changed()
                     continue
                 try:
-                    await silence.wait(changed.wait())
+                    await silence.wait(self._changed())
                 except TimeoutError:
                     yield []
         finally:

@@ -78,6 +78,32 @@ class Mailbox:
             deliver(item)
 
 
+class Inbox:
+    """One generation's items on its loop, for the one task that reads them: a mailbox
+    delivers each with `put`, and `take` returns all that came, waiting for the first. It is
+    on every token's path, where `asyncio.Queue` cost a lock-step of checks and wake-ups."""
+
+    def __init__(self) -> None:
+        self._items: list[Any] = []
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put(self, item: object) -> None:
+        self._items.append(item)
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def take(self) -> list[Any]:
+        if not self._items:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        items, self._items = self._items, []
+        return items
+
+
 def _close(*fds: int) -> None:
     for fd in fds:
         with contextlib.suppress(OSError):

@@ -31,7 +31,7 @@ from oars.chat_template import ChatTemplate
 from oars.engines.base import ModelInfo, Opened
 from oars.engines.batching import Batcher, Capacity, Feed, Place
 from oars.engines.grammar import BigStackPool, Grammars, TokenMask, big_stack_thread
-from oars.engines.handover import Handover
+from oars.engines.handover import Handover, Inbox
 from oars.engines.prefix_store import PrefixStore
 from oars.engines.sampler import log_softmax, penalize, sample, top_indices
 from oars.errors import ContextLengthExceeded, EngineError, InvalidRequest
@@ -356,18 +356,18 @@ class LlamaEngine:
 
     async def generate(self, prepared: Opened) -> AsyncIterator[EngineChunk]:
         assert isinstance(prepared, Prepared)
-        chunks: asyncio.Queue[EngineChunk | BaseException] = asyncio.Queue()
+        inbox = Inbox()
         box, post = self._handover.mailbox(asyncio.get_running_loop()), self._handover.post
-        work = _Sequence(self, prepared, lambda item: post(box, chunks.put_nowait, item))
+        work = _Sequence(self, prepared, lambda item: post(box, inbox.put, item))
         self.batcher.submit(work)
         try:
             while True:
-                item = await chunks.get()
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-                if item.finish is not None:
-                    return
+                for item in await inbox.take():
+                    if isinstance(item, BaseException):
+                        raise item
+                    yield item
+                    if item.finish is not None:
+                        return
         finally:
             work.cancel.set()  # a client that went away stops its generation at the next step
             if prepared.place is not None:

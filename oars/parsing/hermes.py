@@ -157,6 +157,12 @@ class HermesParser:
         self._mode = _Mode.START if names else _Mode.TEXT
         self._call: _CallObject | None = None
         self._closer = ""
+        self._steps = {  # built once: a dict of enum keys hashes each key in Python
+            _Mode.START: self._start,
+            _Mode.TEXT: self._text,
+            _Mode.CALL: self._in_call,
+            _Mode.AFTER: self._after,
+        }
 
     def feed(self, text: str) -> list[Segment]:
         self._buf += text
@@ -167,12 +173,7 @@ class HermesParser:
 
     def _step(self, out: list[Segment]) -> bool:
         """Consume what the current mode can; False when it must wait for more text."""
-        return {
-            _Mode.START: self._start,
-            _Mode.TEXT: self._text,
-            _Mode.CALL: self._in_call,
-            _Mode.AFTER: self._after,
-        }[self._mode](out)
+        return self._steps[self._mode](out)
 
     def _start(self, out: list[Segment]) -> bool:
         head = self._buf.lstrip()

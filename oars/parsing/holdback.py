@@ -9,8 +9,15 @@ def split_holdback(buffer: str, tags: tuple[str, ...]) -> tuple[str, str]:
     Text in `safe` can be emitted now: no tag can start inside it and still be incomplete.
     """
     longest = max((len(t) for t in tags), default=0)
-    for size in range(min(len(buffer), longest - 1), 0, -1):
-        tail = buffer[-size:]
+    # It runs on every token of a stream: only the places where a tag's first character occurs
+    # in the last `longest - 1` characters are tried (usually none), by `str.find`.
+    start = max(len(buffer) - longest + 1, 0)
+    while True:
+        found = [p for p in (buffer.find(tag[0], start) for tag in tags if tag) if p >= 0]
+        if not found:
+            return buffer, ""
+        start = min(found)
+        tail = buffer[start:]
         if any(tag.startswith(tail) for tag in tags):
-            return buffer[:-size], tail
-    return buffer, ""
+            return buffer[:start], tail
+        start += 1

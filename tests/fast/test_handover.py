@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from oars.engines import handover as handover_module
-from oars.engines.handover import Handover, Mailbox
+from oars.engines.handover import Handover, Inbox, Mailbox
 
 
 def test_posted_items_reach_their_loop_in_order_only_after_a_flush() -> None:
@@ -119,3 +119,23 @@ def test_a_closed_loop_is_not_written_to_and_its_pipe_is_closed_with_it() -> Non
         except OSError:
             continue
         raise AssertionError(f"fd {fd} is still open")
+
+
+def test_an_inbox_gives_all_that_came_in_order_and_survives_a_cancelled_wait() -> None:
+    async def main() -> None:
+        inbox = Inbox()
+        waiting = asyncio.create_task(inbox.take())
+        await asyncio.sleep(0)
+        waiting.cancel()  # a reader that stopped waiting (its client went away)
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        inbox.put(1)
+        inbox.put(2)
+        assert await inbox.take() == [1, 2]
+        later = asyncio.create_task(inbox.take())
+        await asyncio.sleep(0)
+        assert not later.done()
+        inbox.put(3)
+        assert await asyncio.wait_for(later, 5) == [3]
+
+    asyncio.run(main())

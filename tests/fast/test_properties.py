@@ -14,6 +14,7 @@ from oars.families import THINK_TAGS, Hermes
 from oars.normalize import normalize
 from oars.parsing.harmony import HarmonyParser
 from oars.parsing.hermes import HermesParser
+from oars.parsing.holdback import split_holdback
 from oars.parsing.pipeline import Parser
 from oars.parsing.qwen3_coder import Qwen3CoderParser
 from oars.parsing.reasoning import ThinkParser
@@ -112,3 +113,25 @@ def test_the_response_does_not_depend_on_the_split(text: str, cuts: list[int]) -
     _, split = _final(pieces)
     assert normalize_ids(split["output"]) == normalize_ids(whole["output"])
     assert split["status"] == whole["status"]
+
+
+def _held_by_definition(buffer: str, tags: tuple[str, ...]) -> tuple[str, str]:
+    """The longest suffix of fewer characters than the longest tag that begins some tag."""
+    longest = max((len(t) for t in tags), default=0)
+    for size in range(min(len(buffer), longest - 1), 0, -1):
+        if any(tag.startswith(buffer[-size:]) for tag in tags):
+            return buffer[:-size], buffer[-size:]
+    return buffer, ""
+
+
+TAG_SETS = st.sampled_from(
+    [("<tool_call>",), ("<|channel|>", "<|end|>", "<|call|>"), ("STOP", "ST", "</s>"), ("aa",), ()]
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(text=texts, tags=TAG_SETS | st.lists(st.text(max_size=4), max_size=3).map(tuple))
+def test_held_back_text_is_the_longest_tail_that_begins_a_tag(
+    text: str, tags: tuple[str, ...]
+) -> None:
+    assert split_holdback(text, tags) == _held_by_definition(text, tags)
