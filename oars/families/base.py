@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from oars.generation import ChatMessage, EngineRequest, OutputFormat
-from oars.parsing.pipeline import Chain, OutputParser, Parser, PassThrough
+from oars.parsing.pipeline import Chain, OutputParser, PassThrough
 from oars.parsing.reasoning import ThinkParser
 from oars.tools import ToolSet
 
@@ -76,14 +76,12 @@ class Family:
     def parser(self, tools: ToolSet, *, in_reasoning: bool = False) -> OutputParser:
         """The parser for one reply that may call `tools`: reasoning first, then calls in the
         answer text."""
-        first: Parser = (
-            ThinkParser(*self.think_tags, in_reasoning=in_reasoning)
-            if self.think_tags
-            else PassThrough()
-        )
-        return Chain(first, self._calls_parser(tools))
+        calls = self._calls_parser(tools)
+        if not self.think_tags:
+            return calls  # (a chain behind a pass-through was a dozen calls a token for nothing)
+        return Chain(ThinkParser(*self.think_tags, in_reasoning=in_reasoning), calls)
 
-    def _calls_parser(self, tools: ToolSet) -> Parser:
+    def _calls_parser(self, tools: ToolSet) -> OutputParser:
         return PassThrough()
 
     def starts_in_reasoning(self, prompt: str) -> bool:

@@ -28,7 +28,7 @@ from oars.families.base import Constraint, Family, GrammarKind, json_answer
 from oars.generation import ChatMessage, EngineRequest
 from oars.parsing import hermes
 from oars.parsing.hermes import HermesParser
-from oars.parsing.pipeline import Parser
+from oars.parsing.pipeline import OutputParser
 from oars.tools import ANY_OBJECT, COMPACT_JSON, Tool, ToolSet
 
 # After a tool result, small models tend to repeat the call as a bare JSON object instead of
@@ -42,7 +42,7 @@ class Hermes(Family):
     name: ClassVar[str | None] = "hermes"
     call_markers: ClassVar[tuple[str, ...]] = (hermes.OPEN, hermes.CLOSE)
 
-    def _calls_parser(self, tools: ToolSet) -> Parser:
+    def _calls_parser(self, tools: ToolSet) -> OutputParser:
         return HermesParser(tools.names)
 
     def _constraint(self, request: EngineRequest) -> tuple[ToolSet, Constraint | None]:

@@ -9,7 +9,7 @@ from typing import ClassVar
 
 from oars.families.base import Family
 from oars.parsing import qwen3_coder
-from oars.parsing.pipeline import Parser
+from oars.parsing.pipeline import OutputParser
 from oars.parsing.qwen3_coder import Qwen3CoderParser
 from oars.tools import ToolSet
 
@@ -19,7 +19,7 @@ class Qwen3Coder(Family):
     name: ClassVar[str | None] = "qwen3_coder"
     call_markers: ClassVar[tuple[str, ...]] = (qwen3_coder.OPEN, qwen3_coder.CLOSE)
 
-    def _calls_parser(self, tools: ToolSet) -> Parser:
+    def _calls_parser(self, tools: ToolSet) -> OutputParser:
         """String-typed parameters keep their XML value as text; the others are read as JSON."""
         string_params = {t.model_name: t.string_parameters for t in tools.callable}
         return Qwen3CoderParser(tools.names, string_params)

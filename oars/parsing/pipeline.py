@@ -21,6 +21,8 @@ class OutputParser(Parser, Protocol):
 
 
 class PassThrough:
+    degraded = 0
+
     def feed(self, text: str) -> list[Segment]:
         return [Segment(SegmentKind.TEXT, text)] if text else []
 
