@@ -14,6 +14,7 @@ leases alive, carries cancels asked for on other replicas, and fails the runs of
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import Counter
@@ -96,9 +97,12 @@ class EventLog:
                 if silence is None:
                     await self._changed()
                     continue
+                waiter = self._changed()
                 try:
-                    await silence.wait(self._changed())
+                    await silence.wait(waiter)
                 except TimeoutError:
+                    with contextlib.suppress(ValueError):  # (unless a wake took it meanwhile)
+                        self._waiting.remove(waiter)  # a long silence leaves no futures behind
                     yield []
         finally:
             if silence is not None:

@@ -1,4 +1,5 @@
-"""`Silence`: a timeout on each wait, with one timer for all of them."""
+"""`Silence`: a timeout on each wait, with one timer for all of them; the event log's readers,
+which wait through it."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import time
 
 import pytest
 
+from oars.runs import EventLog
 from oars.silence import Silence
 
 
@@ -117,3 +119,26 @@ def test_one_timer_serves_every_wait() -> None:
 async def _after(seconds: float, value: object) -> object:
     await asyncio.sleep(seconds)
     return value
+
+
+def test_log_readers_get_every_batch_and_silences_leave_no_waiters_behind() -> None:
+    async def read(log: EventLog, keepalive: float | None) -> list[list[str]]:
+        return [[e["type"] for e in batch] async for batch in log.follow(-1, keepalive)]
+
+    async def go() -> tuple[list[list[str]], list[list[str]], int]:
+        log = EventLog()
+        quiet = asyncio.create_task(read(log, 0.05))  # keep-alives while nothing comes
+        plain = asyncio.create_task(read(log, None))
+        await asyncio.sleep(0.3)
+        waiting = len(log._waiting)  # one a reader, however many silences went by
+        log.append([{"type": "a"}])
+        await asyncio.sleep(0)
+        log.append([{"type": "b"}, {"type": "c"}])
+        log.close()
+        return await quiet, await plain, waiting
+
+    quiet, plain, waiting = asyncio.run(go())
+    assert waiting == 2
+    assert plain == [["a"], ["b", "c"]]
+    assert [batch for batch in quiet if batch] == plain
+    assert quiet.count([]) >= 4  # the silences, as empty batches
