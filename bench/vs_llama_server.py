@@ -19,16 +19,18 @@ is asked `POST /v1/responses` (`instructions` + input messages), llama-server `P
 /v1/chat/completions`, both streamed; a first token is the first text delta.
 
 1. decode tok/s of one stream (tokens from usage, after the first);
-2. time to first token of a fresh ~100-token prompt, then of the same prompt again (cached);
-3. time to first token of a fresh 2,000-token prompt (prefill);
-4. aggregate tok/s of 4 concurrent streams over that of 1, on each server (scaling);
-5. 16 concurrent streams: all complete, the slowest first token, and whether each stream's first
+2. one stream's reply streamed, and one in a single body (not streamed): wall time an output
+   token each, so that what the stream itself costs each server shows (`whole`);
+3. time to first token of a fresh ~100-token prompt, then of the same prompt again (cached);
+4. time to first token of a fresh 2,000-token prompt (prefill);
+5. aggregate tok/s of 4 concurrent streams over that of 1, on each server (scaling);
+6. 16 concurrent streams: all complete, the slowest first token, and whether each stream's first
    token came while another stream was still running (a one-at-a-time server fails this);
-6. the CPU each server's process spends beside llama.cpp's threads, per output token, at 1 and 4
+7. the CPU each server's process spends beside llama.cpp's threads, per output token, at 1 and 4
    streams (its HTTP, its events; by the threads' times in `/proc`);
-7. an agent's next turn: a 2,000-token conversation is sent, then again with the reply and a
+8. an agent's next turn: a 2,000-token conversation is sent, then again with the reply and a
    short new user turn; time to first token, and the prompt tokens each server reports cached;
-8. a Codex-sized new session: an ~8,000-token system prompt is sent, the server restarted, then
+9. a Codex-sized new session: an ~8,000-token system prompt is sent, the server restarted, then
    the same system prompt with another user message: time to first token after the restart. oars
    keeps its OARS_HOME (a temporary folder kept for the run); llama-server keeps nothing on disk.
    An 8,000-token prefill takes over a minute on 2 cores, so this one runs `--codex-reps` (1).
@@ -252,6 +254,18 @@ class Server:
     def one(self, chat: Chat, max_tokens: int) -> Stream:
         return self.many([chat], max_tokens)[0]
 
+    def whole(self, chat: Chat, max_tokens: int) -> tuple[float, int]:
+        """The chat answered in one JSON body, not streamed: (wall seconds, output tokens)."""
+        body = {**self.body(chat, max_tokens), "stream": False}
+        body.pop("stream_options", None)
+        began = time.perf_counter()
+        r = httpx.post(f"{self.base}{self.path}", json=body, timeout=600)
+        wall = time.perf_counter() - began
+        if r.status_code != 200:
+            raise RuntimeError(f"{self.name}: HTTP {r.status_code}: {r.text[:500]!r}")
+        usage = r.json()["usage"]
+        return wall, usage.get("output_tokens") or usage.get("completion_tokens") or 0
+
 
 Servers = tuple[Server, ...]  # oars first, then the llama-servers it is measured against
 
@@ -348,6 +362,35 @@ def _decode(reps: int, tokens: int) -> Step:
                 "tok/s",
                 1,
             )
+        ],
+        reps,
+    )
+
+
+def _whole(reps: int, tokens: int) -> Step:
+    """One stream's reply streamed and the same kind of reply in one body, wall time an output
+    token: what the per-token stream costs each server (its events, its writes, the client's
+    reads), apart from generating the tokens."""
+
+    def run(server: Server, rep: int) -> tuple[float, float]:
+        streamed = server.one(_chat(f"streamed {rep}", 20, COUNT), tokens)
+        wall, produced = server.whole(_chat(f"whole {rep}", 20, COUNT), tokens)
+        if not produced:
+            raise RuntimeError(f"{server.name}: a whole reply with no usage")
+        return (streamed.end - streamed.start) / streamed.output_tokens, wall / produced
+
+    return Step(
+        "whole",
+        run,
+        lambda a, b: [
+            Row.of(
+                f"1 stream, {tokens} tokens, {kind}: wall ms an output token",
+                [r[i] * 1000 for r in a],
+                [r[i] * 1000 for r in b],
+                "ms",
+                2,
+            )
+            for i, kind in enumerate(("streamed", "whole reply (not streamed)"))
         ],
         reps,
     )
@@ -761,6 +804,7 @@ def _measure(args: argparse.Namespace, servers: Servers) -> list[Row]:
         server.one(_chat("warm-up", 20, "Say hello."), 4)
     steps = [
         _decode(args.reps, args.tokens),
+        _whole(args.reps, args.tokens),
         _ttft(args.reps),
         _prefill(args.reps),
         _scaling(args.reps, args.tokens),
@@ -834,7 +878,7 @@ def main() -> None:
     parser.add_argument(
         "--only",
         default="",
-        help="some steps, e.g. decode,ttft (of decode, "
+        help="some steps, e.g. decode,ttft (of decode, whole, "
         "ttft, prefill, scaling, sixteen, beside, agent, codex)",
     )
     parser.add_argument("--llama-server", type=Path, default=LLAMA_SERVER)
