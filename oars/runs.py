@@ -94,10 +94,10 @@ class EventLog:
                     return
                 if position < len(self.events):
                     continue
-                if silence is None:
-                    await self._changed()
-                    continue
                 waiter = self._changed()
+                if silence is None:
+                    await waiter
+                    continue
                 try:
                     await silence.wait(waiter)
                 except TimeoutError:
