@@ -48,9 +48,10 @@ bench: $(VENV)/.installed-test
 pull: $(VENV)/.installed-serve
 	$(BIN)/oars pull
 
-# llama.cpp's own server, the reference of bench/vs_llama_server.py (CI does not build it): from
-# the llama.cpp vendored in the sdist of the llama-cpp-python that is installed, so both run the
-# same kernels, and with the flags pip built that wheel with (Release, -march=native, OpenMP).
+# llama.cpp's own server and bench, the references of bench/vs_llama_server.py and bench/serving.py
+# (CI does not build them): from the llama.cpp vendored in the sdist of the llama-cpp-python that
+# is installed, so all run the same kernels, and with the flags pip built that wheel with (Release,
+# -march=native, OpenMP).
 # No curl, no OpenSSL, no web UI: nothing is fetched at build time. About 7 minutes on 2 cores.
 LLAMA_SERVER := build/llama-server
 
@@ -58,14 +59,15 @@ llama-server: | $(VENV)/.installed-serve  ## build $(LLAMA_SERVER)/bin/llama-ser
 	@command -v cmake >/dev/null && command -v g++ >/dev/null || { $(SUDO) apt-get update -q && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends cmake g++; }
 	@version=$$($(BIN)/pip show llama-cpp-python | sed -n 's/^Version: //p'); \
-	if [ "$$(cat $(LLAMA_SERVER)/version 2>/dev/null)" = "$$version" ]; then exit 0; fi; \
+	if [ "$$(cat $(LLAMA_SERVER)/version 2>/dev/null)" = "$$version" ] && \
+		[ -x $(LLAMA_SERVER)/bin/llama-bench ]; then exit 0; fi; \
 	set -e; rm -rf $(LLAMA_SERVER); mkdir -p $(LLAMA_SERVER)/src; \
 	$(BIN)/pip download -q --no-binary :all: --no-deps "llama-cpp-python==$$version" -d $(LLAMA_SERVER); \
 	tar xzf $(LLAMA_SERVER)/llama_cpp_python-*.tar.gz -C $(LLAMA_SERVER)/src --strip-components=1; \
 	cmake -S $(LLAMA_SERVER)/src/vendor/llama.cpp -B $(LLAMA_SERVER) -DCMAKE_BUILD_TYPE=Release \
 		-DGGML_NATIVE=ON -DGGML_OPENMP=ON -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF \
 		-DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF; \
-	cmake --build $(LLAMA_SERVER) --target llama-server -j2; \
+	cmake --build $(LLAMA_SERVER) --target llama-server llama-bench -j2; \
 	echo "$$version" > $(LLAMA_SERVER)/version
 
 # LiteLLM's proxy, the other gateway `bench.gateway_load --litellm` runs against the same upstream

@@ -1,0 +1,183 @@
+"""What serving one stream costs each server: its decode against the engine loop beneath it.
+
+    make llama-server    # once: llama-server and llama-bench, from the sources oars runs
+    .venv/bin/python -m bench.serving [--reps 15] [--tokens 128] [--llama-args "-fa off --no-repack"]
+
+Each rep decodes `--tokens` greedy tokens four ways, one at a time, in an order that rotates:
+
+- `llama-bench -p 0 -n N`: llama.cpp's own decode loop, C++, no server and no sampling;
+- oars's engine loop, no server: the context `oars serve` decodes in (its sequences, its
+  kernels), fed one token a pass and choosing the next by argmax, in this process's Python;
+- `oars serve`, one stream, timed on the client from the first text delta to the last, as
+  `bench.vs_llama_server` times its decode;
+- `llama-server` (with `--llama-args`), the same.
+
+It reports each one's tokens a second and its ratio to llama-bench in the same rep (median and
+spread), and oars's server against llama-server. The loops show what the kernels give a step
+with nothing else to do; a server's shortfall from them is what serving a token costs it (its
+events, its writes, its threads and the client's reads, all on the same two cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from bench.vs_llama_server import COUNT, LLAMA_SERVER, _chat, _servers
+from oars.engines.batching import Feed
+from oars.engines.llama import N_BATCH, LlamaContext, LlamaLog, default_parallel
+from oars.weights import pull
+
+LLAMA_BENCH = LLAMA_SERVER.with_name("llama-bench")
+
+
+class EngineLoop:
+    """oars's context without a server: the sequences and kernels `oars serve` gives it."""
+
+    def __init__(self, model: Path, threads: int, ctx: int) -> None:
+        import llama_cpp
+
+        LlamaLog.install(llama_cpp)
+        params = llama_cpp.llama_model_default_params()
+        params.use_extra_bufts = False  # as `LlamaEngine` loads it
+        self._model = llama_cpp.llama_model_load_from_file(str(model).encode(), params)
+        vocab = llama_cpp.llama_model_get_vocab(self._model)
+        parallel = default_parallel(ctx)
+        self.context = LlamaContext(
+            llama_cpp,
+            self._model,
+            n_seq=parallel,
+            n_ctx_seq=ctx,
+            n_batch=max(N_BATCH, parallel),
+            n_threads=threads,
+            n_vocab=llama_cpp.llama_vocab_n_tokens(vocab),
+            flash_attn=False,
+        )
+
+    def decode(self, tokens: int) -> float:
+        """Tokens a second of `tokens` passes of one token each, from an empty sequence."""
+        context = self.context
+        context.forget(0, 0)
+        token = 1000
+        began = time.perf_counter()
+        for position in range(tokens):
+            context.decode([Feed(0, (token,), position, True)])
+            token = int(np.argmax(context.logits(0)))
+        return tokens / (time.perf_counter() - began)
+
+
+def kernel_flags(llama_args: str) -> list[str]:
+    """llama-bench's flags for the kernels that llama-server's `llama_args` choose: its flash
+    attention (`-fa`/`--flash-attn`, else auto) and repacked weights (off with `--no-repack`)."""
+    flags = shlex.split(llama_args)
+    flash = "auto"
+    for flag, value in itertools.pairwise(flags):
+        if flag in ("-fa", "--flash-attn"):
+            flash = value
+    return ["-fa", flash, "--repack", "0" if "--no-repack" in flags else "1"]
+
+
+def llama_bench(model: Path, threads: int, tokens: int, llama_args: str) -> float:
+    """llama-bench's tokens a second for one `tokens`-token decode, with llama-server's kernels."""
+    command = [str(LLAMA_BENCH), "-m", str(model), "-p", "0", "-n", str(tokens), "-r", "1"]
+    out = subprocess.run(
+        [*command, "-t", str(threads), *kernel_flags(llama_args), "-o", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return float(json.loads(out)[0]["avg_ts"])
+
+
+def _spread(values: list[float]) -> str:
+    return f"{min(values):.2f}-{max(values):.2f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--reps", type=int, default=15)
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--ctx", type=int, default=16384, help="context of each sequence")
+    parser.add_argument("--parallel", type=int, default=4, help="llama-server's slots")
+    parser.add_argument("--llama-args", default="-fa off --no-repack")
+    parser.add_argument("--llama-server", type=Path, default=LLAMA_SERVER)
+    parser.add_argument("--model", type=Path, default=None, help="a GGUF (default: oars's own)")
+    args = parser.parse_args()
+    for binary in (args.llama_server, LLAMA_BENCH):
+        if not binary.exists():
+            sys.exit(f"{binary} is missing: run `make llama-server` first")
+    args.model = args.model or pull()
+    # what bench.vs_llama_server's servers need of the arguments
+    args.account, args.oars_args, args.oars_env = False, "", []
+    args.llama_args = [args.llama_args]
+    loop = EngineLoop(args.model, args.threads, args.ctx)
+    with tempfile.TemporaryDirectory(prefix="oars-serving-") as tmp:
+        oars, llama = _servers(args, args.model, Path(tmp))
+        ways: dict[str, Callable[[int], float]] = {
+            "llama-bench": lambda rep: llama_bench(
+                args.model, args.threads, args.tokens, args.llama_args[0]
+            ),
+            "oars's engine loop": lambda rep: loop.decode(args.tokens),
+            "oars serve": lambda rep: (
+                oars.one(_chat(f"serve {rep}", 20, COUNT), args.tokens).decode_tps
+            ),
+            f"llama-server {args.llama_args[0]}": lambda rep: (
+                llama.one(_chat(f"serve {rep}", 20, COUNT), args.tokens).decode_tps
+            ),
+        }
+        try:
+            oars.start()
+            llama.start()
+            for way in ways.values():  # a first run of each, not counted
+                way(-1)
+            found: dict[str, list[float]] = {name: [] for name in ways}
+            names = list(ways)
+            for rep in range(args.reps):
+                for name in names[rep % len(names) :] + names[: rep % len(names)]:
+                    found[name].append(ways[name](rep))
+        finally:
+            oars.stop()
+            llama.stop()
+    print(_table(args, found))
+
+
+def _table(args: argparse.Namespace, found: dict[str, list[float]]) -> str:
+    base = found["llama-bench"]
+    lines = [
+        f"One stream of {args.tokens} greedy tokens, {args.reps} reps, {args.threads} threads "
+        f"(llama-bench with the kernels of `{args.llama_args[0]}`)\n",
+        "| | tok/s, median | / llama-bench, median of reps | spread |",
+        "|---|---|---|---|",
+    ]
+    for name, values in found.items():
+        ratios = [v / b for v, b in zip(values, base, strict=True)]
+        lines.append(
+            f"| {name} | {statistics.median(values):.2f} | "
+            f"{statistics.median(ratios):.3f} | {_spread(ratios)} |"
+        )
+    oars, llama = (v for k, v in found.items() if k.startswith(("oars serve", "llama-server")))
+    ratios = [a / b for a, b in zip(oars, llama, strict=True)]
+    lines.append(
+        f"\noars serve / llama-server: {statistics.median(ratios):.3f} ({_spread(ratios)}) "
+        f"over {len(ratios)} reps"
+    )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
