@@ -35,9 +35,10 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.vs_llama_server import COUNT, LLAMA_SERVER, _chat, _servers
+from bench.kernels import raw_context
+from bench.vs_llama_server import COUNT, LLAMA_SERVER, _alternate, _chat, _servers
 from oars.engines.batching import Feed
-from oars.engines.llama import N_BATCH, LlamaContext, LlamaLog, default_parallel
+from oars.engines.llama import LlamaLog, default_parallel
 from oars.weights import pull
 
 LLAMA_BENCH = LLAMA_SERVER.with_name("llama-bench")
@@ -50,20 +51,13 @@ class EngineLoop:
         import llama_cpp
 
         LlamaLog.install(llama_cpp)
-        params = llama_cpp.llama_model_default_params()
-        params.use_extra_bufts = False  # as `LlamaEngine` loads it
-        self._model = llama_cpp.llama_model_load_from_file(str(model).encode(), params)
-        vocab = llama_cpp.llama_model_get_vocab(self._model)
-        parallel = default_parallel(ctx)
-        self.context = LlamaContext(
+        self.context = raw_context(
             llama_cpp,
-            self._model,
-            n_seq=parallel,
+            str(model),
+            repack=False,
+            n_seq=default_parallel(ctx),
             n_ctx_seq=ctx,
-            n_batch=max(N_BATCH, parallel),
-            n_threads=threads,
-            n_vocab=llama_cpp.llama_vocab_n_tokens(vocab),
-            flash_attn=False,
+            threads=threads,
         )
 
     def decode(self, tokens: int) -> float:
@@ -145,11 +139,9 @@ def main() -> None:
             llama.start()
             for way in ways.values():  # a first run of each, not counted
                 way(-1)
-            found: dict[str, list[float]] = {name: [] for name in ways}
             names = list(ways)
-            for rep in range(args.reps):
-                for name in names[rep % len(names) :] + names[: rep % len(names)]:
-                    found[name].append(ways[name](rep))
+            runs = _alternate(names, args.reps, lambda name, rep: ways[name](rep))
+            found = dict(zip(names, runs, strict=True))
         finally:
             oars.stop()
             llama.stop()

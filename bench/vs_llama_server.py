@@ -65,10 +65,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -76,6 +76,7 @@ from bench import passes
 from oars.weights import pull
 from tests.model.conftest import _free_port, _wait_ready
 
+T = TypeVar("T")
 LLAMA_SERVER = Path(__file__).resolve().parents[1] / "build/llama-server/bin/llama-server"
 Chat = list[dict[str, str]]
 COUNT = "Count from 1 to 300, separated by commas, and nothing else."
@@ -313,9 +314,10 @@ def _median(values: Iterator[float] | list[float]) -> float:
     return statistics.median(list(values))
 
 
-def _alternate(servers: Servers, reps: int, run: Callable[[Server, int], Any]) -> list[list[Any]]:
-    """`run(server, rep)` for each rep on every server, a list of results a server; the order
-    rotates rep by rep, so each server goes first as often as the others."""
+def _alternate(servers: Sequence[T], reps: int, run: Callable[[T, int], Any]) -> list[list[Any]]:
+    """`run(server, rep)` for each rep on every server (or anything else measured side by side),
+    a list of results a server; the order rotates rep by rep, so each server goes first as often
+    as the others."""
     out: list[list[Any]] = [[] for _ in servers]
     for rep in range(reps):
         for i in range(len(servers)):
