@@ -36,9 +36,21 @@ def raw_context(
 ) -> LlamaContext:
     """The GGUF's weights (llama.cpp's repacked ones or not) in a context of `n_seq`
     sequences, as `oars serve` makes it (512-token passes, no flash attention)."""
+    model = raw_model(llama_cpp, path, repack=repack)
+    return model_context(llama_cpp, model, n_seq=n_seq, n_ctx_seq=n_ctx_seq, threads=threads)
+
+
+def raw_model(llama_cpp: Any, path: str, *, repack: bool) -> Any:
+    """The GGUF's weights, llama.cpp's repacked ones or not (`oars serve` loads them plain)."""
     params = llama_cpp.llama_model_default_params()
     params.use_extra_bufts = repack
-    model = llama_cpp.llama_model_load_from_file(path.encode(), params)
+    return llama_cpp.llama_model_load_from_file(path.encode(), params)
+
+
+def model_context(
+    llama_cpp: Any, model: Any, *, n_seq: int, n_ctx_seq: int, threads: int
+) -> LlamaContext:
+    """A context of `n_seq` sequences on a loaded model, as `oars serve` makes it."""
     vocab = llama_cpp.llama_model_get_vocab(model)
     return LlamaContext(
         llama_cpp,

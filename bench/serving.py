@@ -10,12 +10,17 @@ Each rep decodes `--tokens` greedy tokens four ways, one at a time, in an order 
   kernels), fed one token a pass and choosing the next by argmax, in this process's Python;
 - `oars serve`, one stream, timed on the client from the first text delta to the last, as
   `bench.vs_llama_server` times its decode;
-- `llama-server` (with `--llama-args`), the same.
+- `llama-server` (with `--llama-args`), the same;
+- `bench.floor`, the thinnest server a Python token path allows on oars's context and
+  handover (oars's delta event a token, nothing else), the same: what a token costs any
+  Python server; and the same floor with its engine thread writing each event to the socket
+  itself, no event loop on the way (no wake-up, no second thread).
 
 It reports each one's tokens a second and its ratio to llama-bench in the same rep (median and
-spread), and oars's server against llama-server. The loops show what the kernels give a step
-with nothing else to do; a server's shortfall from them is what serving a token costs it (its
-events, its writes, its threads and the client's reads, all on the same two cores).
+spread), and oars's server and the floor against llama-server. The loops show what the kernels
+give a step with nothing else to do; a server's shortfall from them is what serving a token
+costs it (its events, its writes, its threads and the client's reads, all on the same two
+cores). Between the floor and `oars serve` are oars's own layers.
 """
 
 from __future__ import annotations
@@ -36,12 +41,22 @@ from pathlib import Path
 import numpy as np
 
 from bench.kernels import raw_context
-from bench.vs_llama_server import COUNT, LLAMA_SERVER, _alternate, _chat, _servers
+from bench.vs_llama_server import (
+    COUNT,
+    LLAMA_SERVER,
+    Server,
+    _alternate,
+    _chat,
+    _oars_body,
+    _oars_event,
+    _servers,
+)
 from oars.engines.batching import Feed
 from oars.engines.llama import LlamaLog, default_parallel
 from oars.weights import pull
 
 LLAMA_BENCH = LLAMA_SERVER.with_name("llama-bench")
+FLOOR, DIRECT = "the Python floor", "the Python floor, no loop"
 
 
 class EngineLoop:
@@ -95,6 +110,30 @@ def llama_bench(model: Path, threads: int, tokens: int, llama_args: str) -> floa
     return float(json.loads(out)[0]["avg_ts"])
 
 
+def floor_server(args: argparse.Namespace, name: str, path: str, log: Path) -> Server:
+    """`bench.floor` on the model, threads and context `oars serve` gets, asked at `path`."""
+    return Server(
+        name,
+        lambda port: [
+            sys.executable,
+            "-m",
+            "bench.floor",
+            "--port",
+            str(port),
+            "--model",
+            str(args.model),
+            "--threads",
+            str(args.threads),
+            "--ctx",
+            str(args.ctx),
+        ],
+        path,
+        _oars_body,
+        _oars_event,
+        log,
+    )
+
+
 def _spread(values: list[float]) -> str:
     return f"{min(values):.2f}-{max(values):.2f}"
 
@@ -122,6 +161,8 @@ def main() -> None:
     loop = EngineLoop(args.model, args.threads, args.ctx)
     with tempfile.TemporaryDirectory(prefix="oars-serving-") as tmp:
         oars, llama = _servers(args, args.model, Path(tmp))
+        floor = floor_server(args, FLOOR, "/v1/responses", Path(tmp) / "floor.log")
+        direct = floor_server(args, DIRECT, "/direct/v1/responses", Path(tmp) / "direct.log")
         ways: dict[str, Callable[[int], float]] = {
             "llama-bench": lambda rep: llama_bench(
                 args.model, args.threads, args.tokens, args.llama_args[0]
@@ -133,10 +174,16 @@ def main() -> None:
             f"llama-server {args.llama_args[0]}": lambda rep: (
                 llama.one(_chat(f"serve {rep}", 20, COUNT), args.tokens).decode_tps
             ),
+            FLOOR: lambda rep: floor.one(_chat(f"serve {rep}", 20, COUNT), args.tokens).decode_tps,
+            DIRECT: lambda rep: (
+                direct.one(_chat(f"serve {rep}", 20, COUNT), args.tokens).decode_tps
+            ),
         }
         try:
             oars.start()
             llama.start()
+            floor.start()
+            direct.start()
             for way in ways.values():  # a first run of each, not counted
                 way(-1)
             names = list(ways)
@@ -145,6 +192,8 @@ def main() -> None:
         finally:
             oars.stop()
             llama.stop()
+            floor.stop()
+            direct.stop()
     print(_table(args, found))
 
 
@@ -162,12 +211,16 @@ def _table(args: argparse.Namespace, found: dict[str, list[float]]) -> str:
             f"| {name} | {statistics.median(values):.2f} | "
             f"{statistics.median(ratios):.3f} | {_spread(ratios)} |"
         )
-    oars, llama = (v for k, v in found.items() if k.startswith(("oars serve", "llama-server")))
-    ratios = [a / b for a, b in zip(oars, llama, strict=True)]
-    lines.append(
-        f"\noars serve / llama-server: {statistics.median(ratios):.3f} ({_spread(ratios)}) "
-        f"over {len(ratios)} reps"
-    )
+    llama = next(v for k, v in found.items() if k.startswith("llama-server"))
+    lines.append("")
+    for name in ("oars serve", FLOOR, DIRECT):
+        ratios = [a / b for a, b in zip(found[name], llama, strict=True)]
+        lines.append(
+            f"{name} / llama-server: {statistics.median(ratios):.3f} ({_spread(ratios)}) "
+            f"over {len(ratios)} reps"
+        )
+    ratios = [a / b for a, b in zip(found["oars serve"], found[FLOOR], strict=True)]
+    lines.append(f"oars serve / {FLOOR}: {statistics.median(ratios):.3f} ({_spread(ratios)})")
     return "\n".join(lines)
 
 
