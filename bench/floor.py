@@ -9,8 +9,8 @@ It answers `POST /v1/responses` with the bytes `oars serve` writes for a text an
 engine thread hands each to the event loop through oars's own handover (one wake-up a pass,
 written as the next pass starts), and the loop writes it to the socket as one HTTP chunk.
 
-There is nothing else: no parser, no events, no state machine, no Starlette, no store, no
-stop on the end token (it always writes `max_tokens`). What it costs a token is what any
+There is nothing else: no parser, no events, no state machine, no Starlette, no store; an
+answer ends at the model's end-of-generation token or at `max_output_tokens`. What it costs a token is what any
 Python server pays that streams a token at a time from a thread beside llama.cpp's: the
 argmax, the piece's text, the wake-up, the loop's turn and the write. `bench.serving --floor`
 runs it beside `oars serve` and llama-server: between them, oars's own layers; below it,
@@ -30,6 +30,7 @@ import re
 import select
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -53,8 +54,26 @@ LENGTH = re.compile(rb"\r\ncontent-length: *(\d+)", re.IGNORECASE)
 Job = tuple[list[int], int, Callable[[Any], object], Callable[[Any], object], bool]
 
 
+@dataclass
+class _Answer:
+    """A request being answered: its sequence, its counts, where its tokens go."""
+
+    seq: int
+    prompt_tokens: int
+    max_tokens: int
+    token_out: Callable[[Any], object]
+    done: Callable[[Any], object]
+    direct: bool
+    made: int = 0  # tokens so far
+    ended: bool = False  # the model wrote its end-of-generation token
+    token: int = 0  # the last, to feed at `position`
+    position: int = 0
+
+
 class Engine:
-    """One request at a time on sequence 0: its prompt in one pass, then a token a pass."""
+    """Requests on the context's sequences, as many at a time as it has: each prompt in a pass
+    of its own (as oars's batcher admits one), then one pass a step for a token of each, the
+    sequences in order."""
 
     def __init__(self, model: Path, threads: int, ctx: int) -> None:
         import llama_cpp
@@ -63,9 +82,11 @@ class Engine:
         self.api = llama_cpp
         weights = raw_model(llama_cpp, str(model), repack=False)
         self.vocab = llama_cpp.llama_model_get_vocab(weights)
+        n_seq = default_parallel(ctx)
         self.context = model_context(
-            llama_cpp, weights, n_seq=default_parallel(ctx), n_ctx_seq=ctx, threads=threads
+            llama_cpp, weights, n_seq=n_seq, n_ctx_seq=ctx, threads=threads
         )
+        self.free = list(range(n_seq))
         self.handover = Handover()
         self.jobs: queue.SimpleQueue[Job] = queue.SimpleQueue()
         self.box: Mailbox | None = None
@@ -83,39 +104,63 @@ class Engine:
 
     def run(self) -> None:
         """The engine thread."""
+        answers: list[_Answer] = []
         while True:
-            self.answer(*self.jobs.get())
+            while self.free:  # admit what waits (and wait for something if nothing runs)
+                try:
+                    job = self.jobs.get(block=not answers)
+                except queue.Empty:
+                    break
+                answers.append(self._admit(*job))
+                self._next(answers[-1:])
+            for answer in [a for a in answers if a.ended or a.made == a.max_tokens]:
+                self._end(answer)
+                answers.remove(answer)
+            self.handover.flush()  # as oars's batcher does: the wake-up as the pass starts
+            if answers:
+                # as oars's batcher feeds them: in sequence order, for llama.cpp makes a graph
+                # of each run of consecutive sequences (one memory each) in increasing order
+                answers.sort(key=lambda a: a.seq)
+                self.context.decode([Feed(a.seq, (a.token,), a.position, True) for a in answers])
+                for answer in answers:
+                    answer.position += 1
+                self._next(answers)
 
-    def answer(
+    def _admit(
         self,
         prompt: list[int],
         max_tokens: int,
         token_out: Callable[[Any], object],
         done: Callable[[Any], object],
         direct: bool,
-    ) -> None:
-        context, handover, box = self.context, self.handover, self.box
-        assert box is not None
+    ) -> _Answer:
+        seq = min(self.free)  # beside the running ones, as oars's batcher takes a slot
+        self.free.remove(seq)
+        self.context.forget(seq, 0)
+        self.context.decode([Feed(seq, tuple(prompt), 0, True)])
+        return _Answer(seq, len(prompt), max_tokens, token_out, done, direct, position=len(prompt))
 
-        def hand(out: Callable[[Any], object], item: object) -> None:
-            if direct:
-                out(item)
+    def _next(self, answers: list[_Answer]) -> None:
+        """Each answer's token from its row of the last pass (in order), handed on."""
+        for row, answer in enumerate(answers):
+            answer.token = int(np.argmax(self.context.logits(row)))
+            answer.made += 1
+            if self.api.llama_vocab_is_eog(self.vocab, answer.token):
+                answer.ended = True  # counted, as oars counts it, and not shown
             else:
-                handover.post(box, out, item)
+                self._hand(answer, answer.token_out, self.piece(answer.token))
 
-        context.forget(0, 0)
-        context.decode([Feed(0, tuple(prompt), 0, True)])
-        position = len(prompt)
-        for n in range(max_tokens):
-            token = int(np.argmax(context.logits(0)))
-            hand(token_out, self.piece(token))
-            if n + 1 == max_tokens:
-                break
-            handover.flush()  # as oars's batcher does: the wake-up as the pass starts
-            context.decode([Feed(0, (token,), position, True)])
-            position += 1
-        hand(done, (len(prompt), max_tokens))
-        handover.flush()
+    def _end(self, answer: _Answer) -> None:
+        """An answer with all its tokens: its end handed on, its sequence freed."""
+        self._hand(answer, answer.done, (answer.prompt_tokens, answer.made))
+        self.free.append(answer.seq)
+
+    def _hand(self, answer: _Answer, out: Callable[[Any], object], item: object) -> None:
+        if answer.direct:
+            out(item)
+        else:
+            assert self.box is not None
+            self.handover.post(self.box, out, item)
 
 
 class Connection(asyncio.Protocol):

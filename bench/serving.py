@@ -1,9 +1,10 @@
-"""What serving one stream costs each server: its decode against the engine loop beneath it.
+"""What serving costs each server: its decode against the loop beneath it and the thinnest server.
 
     make llama-server    # once: llama-server and llama-bench, from the sources oars runs
     .venv/bin/python -m bench.serving [--reps 15] [--tokens 128] [--llama-args "-fa off --no-repack"]
+    .venv/bin/python -m bench.serving --streams 4 [--reps 11]
 
-Each rep decodes `--tokens` greedy tokens four ways, one at a time, in an order that rotates:
+Each rep decodes `--tokens` greedy tokens six ways, one at a time, in an order that rotates:
 
 - `llama-bench -p 0 -n N`: llama.cpp's own decode loop, C++, no server and no sampling;
 - oars's engine loop, no server: the context `oars serve` decodes in (its sequences, its
@@ -21,11 +22,16 @@ spread), and oars's server and the floor against llama-server. The loops show wh
 give a step with nothing else to do; a server's shortfall from them is what serving a token
 costs it (its events, its writes, its threads and the client's reads, all on the same two
 cores). Between the floor and `oars serve` are oars's own layers.
+
+With `--streams N` above 1, the servers alone run N concurrent streams a rep (the floor
+batches them as oars does: a prompt in a pass of its own, then one pass a step for all), each
+reported by its output tokens a second together, against llama-server's.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import os
@@ -134,6 +140,18 @@ def floor_server(args: argparse.Namespace, name: str, path: str, log: Path) -> S
     )
 
 
+def _served(server: Server, streams: int, tokens: int, rep: int) -> float:
+    """One stream's decode tokens a second (from its first text to its last), or for several
+    their output tokens a second together, from the first request sent to the last stream's
+    end (the prompts included)."""
+    chats = [_chat(f"serve {rep} {i}" if i else f"serve {rep}", 20, COUNT) for i in range(streams)]
+    if streams == 1:
+        return server.one(chats[0], tokens).decode_tps
+    done = server.many(chats, tokens)
+    wall = max(s.end for s in done) - min(s.start for s in done)
+    return sum(s.output_tokens for s in done) / wall
+
+
 def _spread(values: list[float]) -> str:
     return f"{min(values):.2f}-{max(values):.2f}"
 
@@ -144,6 +162,12 @@ def main() -> None:
     )
     parser.add_argument("--reps", type=int, default=15)
     parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument(
+        "--streams",
+        type=int,
+        default=1,
+        help="concurrent streams; above 1, the servers only, by their aggregate tokens a second",
+    )
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--ctx", type=int, default=16384, help="context of each sequence")
     parser.add_argument("--parallel", type=int, default=4, help="llama-server's slots")
@@ -158,27 +182,24 @@ def main() -> None:
     # what bench.vs_llama_server's servers need of the arguments
     args.account, args.oars_args, args.oars_env = False, "", []
     args.llama_args = [args.llama_args]
-    loop = EngineLoop(args.model, args.threads, args.ctx)
     with tempfile.TemporaryDirectory(prefix="oars-serving-") as tmp:
         oars, llama = _servers(args, args.model, Path(tmp))
         floor = floor_server(args, FLOOR, "/v1/responses", Path(tmp) / "floor.log")
         direct = floor_server(args, DIRECT, "/direct/v1/responses", Path(tmp) / "direct.log")
-        ways: dict[str, Callable[[int], float]] = {
-            "llama-bench": lambda rep: llama_bench(
+        ways: dict[str, Callable[[int], float]] = {}
+        if args.streams == 1:
+            loop = EngineLoop(args.model, args.threads, args.ctx)
+            ways["llama-bench"] = lambda rep: llama_bench(
                 args.model, args.threads, args.tokens, args.llama_args[0]
-            ),
-            "oars's engine loop": lambda rep: loop.decode(args.tokens),
-            "oars serve": lambda rep: (
-                oars.one(_chat(f"serve {rep}", 20, COUNT), args.tokens).decode_tps
-            ),
-            f"llama-server {args.llama_args[0]}": lambda rep: (
-                llama.one(_chat(f"serve {rep}", 20, COUNT), args.tokens).decode_tps
-            ),
-            FLOOR: lambda rep: floor.one(_chat(f"serve {rep}", 20, COUNT), args.tokens).decode_tps,
-            DIRECT: lambda rep: (
-                direct.one(_chat(f"serve {rep}", 20, COUNT), args.tokens).decode_tps
-            ),
-        }
+            )
+            ways["oars's engine loop"] = lambda rep: loop.decode(args.tokens)
+        for name, server in (
+            ("oars serve", oars),
+            (f"llama-server {args.llama_args[0]}", llama),
+            (FLOOR, floor),
+            (DIRECT, direct),
+        ):
+            ways[name] = functools.partial(_served, server, args.streams, args.tokens)
         try:
             oars.start()
             llama.start()
@@ -198,11 +219,22 @@ def main() -> None:
 
 
 def _table(args: argparse.Namespace, found: dict[str, list[float]]) -> str:
-    base = found["llama-bench"]
+    llama_server = next(k for k in found if k.startswith("llama-server"))
+    base_name = "llama-bench" if "llama-bench" in found else llama_server
+    base = found[base_name]
+    if args.streams == 1:
+        title = (
+            f"One stream of {args.tokens} greedy tokens, {args.reps} reps, {args.threads} threads "
+            f"(llama-bench with the kernels of `{args.llama_args[0]}`)\n"
+        )
+    else:
+        title = (
+            f"{args.streams} concurrent streams of {args.tokens} greedy tokens, aggregate, "
+            f"{args.reps} reps, {args.threads} threads\n"
+        )
     lines = [
-        f"One stream of {args.tokens} greedy tokens, {args.reps} reps, {args.threads} threads "
-        f"(llama-bench with the kernels of `{args.llama_args[0]}`)\n",
-        "| | tok/s, median | / llama-bench, median of reps | spread |",
+        title,
+        f"| | tok/s, median | / {base_name}, median of reps | spread |",
         "|---|---|---|---|",
     ]
     for name, values in found.items():
@@ -211,7 +243,7 @@ def _table(args: argparse.Namespace, found: dict[str, list[float]]) -> str:
             f"| {name} | {statistics.median(values):.2f} | "
             f"{statistics.median(ratios):.3f} | {_spread(ratios)} |"
         )
-    llama = next(v for k, v in found.items() if k.startswith("llama-server"))
+    llama = found[llama_server]
     lines.append("")
     for name in ("oars serve", FLOOR, DIRECT):
         ratios = [a / b for a, b in zip(found[name], llama, strict=True)]
