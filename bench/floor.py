@@ -72,8 +72,8 @@ class _Answer:
 
 class Engine:
     """Requests on the context's sequences, as many at a time as it has: each prompt in a pass
-    of its own (as oars's batcher admits one), then one pass a step for a token of each, the
-    sequences in order."""
+    of its own (oars's batcher puts prompts that wait together in one), then one pass a step
+    for a token of each, the sequences in order (as oars's batcher feeds them)."""
 
     def __init__(self, model: Path, threads: int, ctx: int) -> None:
         import llama_cpp

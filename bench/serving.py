@@ -24,8 +24,8 @@ costs it (its events, its writes, its threads and the client's reads, all on the
 cores). Between the floor and `oars serve` are oars's own layers.
 
 With `--streams N` above 1, the servers alone run N concurrent streams a rep (the floor
-batches them as oars does: a prompt in a pass of its own, then one pass a step for all), each
-reported by its output tokens a second together, against llama-server's.
+batches them much as oars does: one pass a step for all, each prompt in a pass of its own),
+each reported by its output tokens a second together, against llama-server's.
 """
 
 from __future__ import annotations
