@@ -4,17 +4,18 @@
 
 It answers `POST /v1/responses` with the bytes `oars serve` writes for a text answer (an
 `event:` and `data:` a token, `response.output_text.delta` as oars makes it, then
-`response.completed` with the usage), one request at a time, so a client reads the same. Its tokens come from the context
-`oars serve` decodes in (the same sequences and kernels, argmax over llama.cpp's logits). The
-engine thread hands each to the event loop through oars's own handover (one wake-up a pass,
-written as the next pass starts), and the loop writes it to the socket as one HTTP chunk.
+`response.completed` with the usage), so a client reads the same. Its tokens come from the
+context `oars serve` decodes in (the same sequences and kernels, argmax over llama.cpp's
+logits), as many requests at a time as it has sequences. The engine thread hands each token to
+the event loop through oars's own handover (one wake-up a pass, written as the next pass
+starts), and the loop writes it to the socket as one HTTP chunk.
 
-There is nothing else: no parser, no events, no state machine, no Starlette, no store; an
-answer ends at the model's end-of-generation token or at `max_output_tokens`. What it costs a token is what any
-Python server pays that streams a token at a time from a thread beside llama.cpp's: the
-argmax, the piece's text, the wake-up, the loop's turn and the write. `bench.serving --floor`
-runs it beside `oars serve` and llama-server: between them, oars's own layers; below it,
-what Python costs whatever those layers do.
+There is nothing else: no parser, no state machine, no Starlette, no store; an answer ends at
+the model's end-of-generation token or at `max_output_tokens`. What it costs a token is what
+any Python server pays that streams a token at a time from a thread beside llama.cpp's: the
+argmax, the piece's text, the wake-up, the loop's turn, the event's JSON and the write.
+`bench.serving` runs it beside `oars serve` and llama-server: between it and `oars serve` are
+oars's own layers; between it and llama-server, what a Python token path costs.
 """
 
 from __future__ import annotations
