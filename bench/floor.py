@@ -67,8 +67,12 @@ class _Answer:
     direct: bool
     made: int = 0  # tokens so far
     ended: bool = False  # the model wrote its end-of-generation token
-    token: int = 0  # the last, to feed at `position`
-    position: int = 0
+    token: int = 0  # the last, to feed next
+
+    @property
+    def position(self) -> int:
+        """Where the last token goes: after the prompt and the tokens fed before it."""
+        return self.prompt_tokens + self.made - 1
 
 
 class Engine:
@@ -123,8 +127,6 @@ class Engine:
                 # of each run of consecutive sequences (one memory each) in increasing order
                 answers.sort(key=lambda a: a.seq)
                 self.context.decode([Feed(a.seq, (a.token,), a.position, True) for a in answers])
-                for answer in answers:
-                    answer.position += 1
                 self._next(answers)
 
     def _admit(
@@ -139,7 +141,7 @@ class Engine:
         self.free.remove(seq)
         self.context.forget(seq, 0)
         self.context.decode([Feed(seq, tuple(prompt), 0, True)])
-        return _Answer(seq, len(prompt), max_tokens, token_out, done, direct, position=len(prompt))
+        return _Answer(seq, len(prompt), max_tokens, token_out, done, direct)
 
     def _next(self, answers: list[_Answer]) -> None:
         """Each answer's token from its row of the last pass (in order), handed on."""

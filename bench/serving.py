@@ -238,22 +238,26 @@ def _table(args: argparse.Namespace, found: dict[str, list[float]]) -> str:
         "|---|---|---|---|",
     ]
     for name, values in found.items():
-        ratios = [v / b for v, b in zip(values, base, strict=True)]
+        ratios = _paired(values, base)
         lines.append(
             f"| {name} | {statistics.median(values):.2f} | "
             f"{statistics.median(ratios):.3f} | {_spread(ratios)} |"
         )
-    llama = found[llama_server]
     lines.append("")
     for name in ("oars serve", FLOOR, DIRECT):
-        ratios = [a / b for a, b in zip(found[name], llama, strict=True)]
+        ratios = _paired(found[name], found[llama_server])
         lines.append(
             f"{name} / llama-server: {statistics.median(ratios):.3f} ({_spread(ratios)}) "
             f"over {len(ratios)} reps"
         )
-    ratios = [a / b for a, b in zip(found["oars serve"], found[FLOOR], strict=True)]
+    ratios = _paired(found["oars serve"], found[FLOOR])
     lines.append(f"oars serve / {FLOOR}: {statistics.median(ratios):.3f} ({_spread(ratios)})")
     return "\n".join(lines)
+
+
+def _paired(ours: list[float], theirs: list[float]) -> list[float]:
+    """Rep by rep, ours over theirs (the reps ran side by side)."""
+    return [a / b for a, b in zip(ours, theirs, strict=True)]
 
 
 if __name__ == "__main__":
