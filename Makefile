@@ -16,8 +16,11 @@ GPU_CMAKE_vulkan := -DGGML_VULKAN=on
 LLAMA_CPP_PYTHON := llama-cpp-python==0.3.36
 SERVE_STAMP := $(VENV)/.installed-serve$(if $(GPU),-$(GPU))
 
+# SERVE_ARGS: flags for `oars serve` (e.g. SERVE_ARGS="--port 9000").
+SERVE_ARGS ?=
+
 serve: $(SERVE_STAMP)  ## set up, pull the default model on first use, serve on 127.0.0.1:8000
-	$(BIN)/oars serve
+	$(BIN)/oars serve $(SERVE_ARGS)
 
 $(VENV)/.installed-serve-%: $(VENV)/.installed-serve
 	@test -n "$(GPU_CMAKE_$*)" || { echo "GPU=$* is not one of cuda, metal, vulkan"; exit 1; }
@@ -30,6 +33,7 @@ test: $(VENV)/.installed-test clients/node_modules/.installed postgres chromium 
 	$(BIN)/ruff check oars tests bench
 	$(BIN)/ruff format --check oars tests bench
 	$(BIN)/mypy oars tests
+	$(BIN)/deptry oars
 	$(BIN)/oars pull
 	$(BIN)/python -m pytest -q
 
@@ -40,6 +44,7 @@ lint: $(VENV)/.installed-test
 	$(BIN)/ruff check oars tests bench
 	$(BIN)/ruff format --check oars tests bench
 	$(BIN)/mypy oars tests
+	$(BIN)/deptry oars
 
 bench: $(VENV)/.installed-test
 	$(BIN)/oars pull
