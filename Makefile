@@ -33,7 +33,7 @@ test: $(VENV)/.installed-test clients/node_modules/.installed postgres chromium 
 	$(BIN)/ruff check oars tests bench
 	$(BIN)/ruff format --check oars tests bench
 	$(BIN)/mypy oars tests
-	$(BIN)/deptry oars
+	$(BIN)/deptry .
 	$(BIN)/oars pull
 	$(BIN)/python -m pytest -q
 
@@ -44,7 +44,7 @@ lint: $(VENV)/.installed-test
 	$(BIN)/ruff check oars tests bench
 	$(BIN)/ruff format --check oars tests bench
 	$(BIN)/mypy oars tests
-	$(BIN)/deptry oars
+	$(BIN)/deptry .
 
 bench: $(VENV)/.installed-test
 	$(BIN)/oars pull
