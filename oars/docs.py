@@ -10,10 +10,11 @@ change while its row stays as it was.
 from __future__ import annotations
 
 import argparse
+import functools
 import re
 import sys
 from collections import UserDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,7 +75,9 @@ class _NotedEnviron(UserDict[str, str]):
         return super().__contains__(key)
 
 
-def _subcommands(parser: argparse.ArgumentParser) -> Iterator[tuple[str, str, Any]]:
+def _subcommands(
+    parser: argparse.ArgumentParser,
+) -> Iterator[tuple[str, str, argparse.ArgumentParser]]:
     """(name, help, subparser) for each subcommand, in the order the parser declares them."""
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
@@ -103,6 +106,7 @@ def _defaults(parser: argparse.ArgumentParser) -> dict[tuple[str, str], Any]:
     }
 
 
+@functools.cache
 def _variables() -> dict[tuple[str, str], list[str]]:
     """Each option's environment variables: those whose value changes its default."""
     parser, names = _parsed({})
@@ -132,11 +136,33 @@ def _usage(action: argparse.Action) -> str:
 
 
 def _default(value: Any) -> str:
-    if value is None or value is False or value == "" or value == []:
+    """A default as it would be typed after the flag ('' where there is nothing to type)."""
+    if value is None or value is False or value in ("", [], argparse.SUPPRESS):
         return ""
-    if isinstance(value, float):
-        return _code(f"{value:g}")
-    return _code(str(value))
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+# An option's row: the option as typed, its variable(s) ('' if none), its default as typed ('' if
+# none) and its help. `oars.settings.flag_rows()` yields the same shape for `oars serve`.
+Row = tuple[str, str, str, str]
+
+
+def parser_rows(command: str, sub: argparse.ArgumentParser) -> Iterator[Row]:
+    """A subcommand's rows, read from its parser: defaults as they are with no variable set."""
+    variables = _variables()
+    for action in _options(sub):
+        names = ", ".join(variables.get((command, action.dest), []))
+        text = (action.help or "").replace("%%", "%")  # argparse's escape
+        yield _usage(action), names, _default(action.default), text
+
+
+def _table(rows: Iterable[Row]) -> list[str]:
+    lines = ["| option | default | variable | what it sets |", "|---|---|---|---|"]
+    for option, variables, default, text in rows:
+        names = ", ".join(_code(name) for name in variables.split(", ") if name)
+        cells = (_code(option), _code(default), names, text)
+        lines.append("| " + " | ".join(_cell(cell) for cell in cells) + " |")
+    return lines
 
 
 def _code(text: str) -> str:
@@ -148,24 +174,12 @@ def _cell(text: str) -> str:
 
 
 def flag_tables() -> str:
-    """A table of options for each subcommand, with its defaults as they are when no
-    variable is set, and the variables that set them."""
-    parser, _ = _parsed({})
-    variables = _variables()
+    """A table of options for each subcommand, in the order the parser declares them."""
     parts: list[str] = []
-    for name, summary, sub in _subcommands(parser):
+    for name, summary, sub in _subcommands(_parsed({})[0]):
         parts += [f"### `oars {name}`", "", f"{summary[:1].upper()}{summary[1:]}.", ""]
-        options = _options(sub)
-        if not options:
-            parts += ["No options.", ""]
-            continue
-        parts += ["| option | default | variable | what it sets |", "|---|---|---|---|"]
-        for action in options:
-            usage = _cell(_code(_usage(action)))
-            env = ", ".join(_code(v) for v in variables.get((name, action.dest), []))
-            row = (usage, _cell(_default(action.default)), env, _cell(action.help or ""))
-            parts.append("| " + " | ".join(row) + " |")
-        parts.append("")
+        rows = list(parser_rows(name, sub))
+        parts += [*_table(rows), ""] if rows else ["No options.", ""]
     return "\n".join(parts).rstrip("\n")
 
 
