@@ -20,8 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from oars.compaction import COMPACTION_TYPES, Sealed, fingerprint, place
 from oars.errors import EngineError, InvalidRequest
-from oars.events.builder import usage_wire
-from oars.generation import ChatMessage, EngineRequest, SamplingParams
+from oars.generation import ChatMessage, EngineRequest, SamplingParams, usage_wire
 from oars.ids import new_id
 from oars.prompt import error_text
 from oars.store import Json

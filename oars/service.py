@@ -19,13 +19,13 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncGenerator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from oars.engines import Engine, Opened
 from oars.errors import ClientError, EngineError, NotFound, OarsError
 from oars.events import Event, ResponseBuilder
-from oars.generation import ChatMessage, EngineRequest, FinishReason, Usage
+from oars.generation import ChatMessage, Completion, EngineRequest, FinishReason, Usage
 from oars.metrics import TokenClock
 from oars.parsing import SegmentKind
 from oars.prompt import Unseal, check_media
@@ -37,14 +37,6 @@ if TYPE_CHECKING:
     from oars.turn import Turn
 
 log = logging.getLogger("oars.service")
-
-
-@dataclass(frozen=True)
-class Completion:
-    """What `ResponsesService.complete` got: the answer's text and its usage."""
-
-    text: str
-    usage: Usage
 
 
 class ResponsesService:
