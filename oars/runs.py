@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
 
+from oars.compactor import compact_turn
 from oars.errors import InvalidRequest, NotFound, RateLimited, StoreUnavailable
 from oars.events import Event
 from oars.metrics import Metrics, TokenClock
@@ -275,7 +276,7 @@ class Runs:
         store = scoped(self.store, request.tenant) if self.store is not None else None
         turn = await Turn.open(request, store, self.service.unseal, previous)
         if request.compaction is not None:
-            turn = await turn.compact(self.service)
+            turn = await compact_turn(turn, self.service)
             if turn.compacted is not None:
                 how = "trigger" if request.compaction.now else "threshold"
                 self.metrics.compacted(request.model, how)

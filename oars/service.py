@@ -125,6 +125,10 @@ class ResponsesService:
             )
         return await self.toolboxes.open(turn)
 
+    def context_length(self, model: str) -> int | None:
+        """The model's context window in tokens (None: not known here, an upstream's)."""
+        return self.engine_for(model).info.context_length
+
     async def count_tokens(self, model: str, request: EngineRequest) -> int:
         """The input tokens a request's prompt takes."""
         engine = self.engine_for(model)

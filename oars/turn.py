@@ -6,21 +6,18 @@ conversation's items, then the previous response's input and output, then the ne
 approval requests its history holds. What is kept as the response's input is the same minus
 the conversation, which keeps its own items.
 
-`compacted(service)` compacts a long context first (`context_management`, or a
-`compaction_trigger` item). `engine_request(tools)` renders the items into what an engine is
-asked. A response that runs server-side tools is several generations: each next one is
+A turn is a value: it does no I/O after it is opened. Compacting a long context first
+(`context_management`, or a `compaction_trigger` item) is `compactor.compact_turn`'s, which the
+run manager calls. `engine_request(tools)` is what an engine is asked, from the items rendered
+once. A response that runs server-side tools is several generations: each next one is
 `then(output)`, the same turn with the response's output so far after its items.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 
-from oars import compactor
-from oars.compaction import TRIGGER
 from oars.errors import InvalidRequest, NotFound
 from oars.generation import ChatMessage, EngineRequest, Route
 from oars.normalize import ResponseRequest
@@ -28,12 +25,6 @@ from oars.prompt import Context, Unseal, render
 from oars.store import Chain, Json, Store
 from oars.tools import ToolSet
 
-if TYPE_CHECKING:
-    from oars.service import ResponsesService
-
-log = logging.getLogger("oars.turn")
-
-_RESERVE = 1024  # tokens left for the reply when deciding a prompt fits the context
 _CALLS = ("function_call", "custom_tool_call")
 _ANSWERS = ("function_call_output", "custom_tool_call_output")
 
@@ -166,36 +157,6 @@ class Turn:
             and item.get("approve") is True
             and item["approval_request_id"] not in ran
         ]
-
-    # ---- compaction -----------------------------------------------------------------------
-
-    async def compact(self, service: ResponsesService) -> Turn:
-        """Compact before generating: all of it now (a `compaction_trigger`: the response then
-        generates nothing), or, with `context_management`, the context before the new input
-        when the prompt would pass the threshold or the model's context. The compaction leads
-        the output, and the prompt is rendered with it."""
-        request = self.request
-        assert request.compaction is not None
-        if request.compaction.now:
-            everything = [item for item in self.items if item.get("type") != TRIGGER]
-            made = await compactor.compact(service, request.model, everything)
-            return replace(self, items=(*everything, made.item), compacted=made.item).rendered()
-        tokens = await service.count_tokens(request.model, self.engine_request())
-        context = service.engine_for(request.model).info.context_length
-        threshold = request.compaction.threshold or context
-        reserve = request.sampling.max_output_tokens or _RESERVE
-        over_context = context is not None and tokens + reserve > context
-        if not over_context and (threshold is None or tokens <= threshold):
-            return self
-        earlier = self.items[: self.new_at]
-        if not earlier:
-            return self  # only new input: nothing earlier to compact
-        made = await compactor.compact(service, request.model, earlier)
-        log.info(
-            "context of %d tokens compacted before generating (threshold %s)", tokens, threshold
-        )
-        # the compaction hides the earlier items it covers
-        return replace(self, items=(*self.items, made.item), compacted=made.item).rendered()
 
 
 async def items_of(
