@@ -20,7 +20,6 @@ import contextlib
 import logging
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from oars.engines import Engine, Opened
 from oars.errors import ClientError, EngineError, NotFound, OarsError
@@ -30,11 +29,8 @@ from oars.metrics import TokenClock
 from oars.parsing import SegmentKind
 from oars.prompt import Unseal, check_media
 from oars.sealing import Sealer
-from oars.step import Step
-
-if TYPE_CHECKING:
-    from oars.toolbox import Toolbox, ToolboxFactory
-    from oars.turn import Turn
+from oars.step import ServerToolbox, ServerToolsFactory, Step
+from oars.turn import Turn
 
 log = logging.getLogger("oars.service")
 
@@ -54,7 +50,7 @@ class ResponsesService:
         default_temperature: float | None = None,
         sealer: Sealer | None = None,
         strict_models: bool = False,
-        toolboxes: ToolboxFactory | None = None,
+        toolboxes: ServerToolsFactory | None = None,
     ) -> None:
         self.engines = engines if isinstance(engines, dict) else {engines.info.id: engines}
         self.default_model = next(iter(self.engines))
@@ -116,7 +112,7 @@ class ResponsesService:
             if start is not None:
                 await start()
 
-    async def _toolbox(self, turn: Turn) -> Toolbox | None:
+    async def _toolbox(self, turn: Turn) -> ServerToolbox | None:
         if not turn.request.generate or not (turn.request.servers or turn.approved()):
             return None
         if self.toolboxes is None:
@@ -170,7 +166,7 @@ class Generation:
         builder: ResponseBuilder,
         *,
         first: Opened | None = None,
-        toolbox: Toolbox | None = None,
+        toolbox: ServerToolbox | None = None,
         unread: int | None = None,
     ) -> None:
         self.engine, self.turn, self.builder = engine, turn, builder
