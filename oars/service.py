@@ -165,18 +165,16 @@ class Generation:
         turn: Turn,
         builder: ResponseBuilder,
         *,
-        first: Opened | None = None,
         toolbox: ServerToolbox | None = None,
-        unread: int | None = None,
     ) -> None:
         self.engine, self.turn, self.builder = engine, turn, builder
         self.toolbox = toolbox
         self.error: OarsError | None = None  # what failed it, for a response not streamed
-        self._first = first
-        self._unread = unread  # `generate: false`: the input's tokens; nothing is generated
+        self._first: Opened | None = None  # the first step, opened by `open`
+        self._unread: int | None = None  # `generate: false`: the input's tokens
         self._step: Step | None = None
         # the engine replica that served its last step (recorded, for the chain's next turn)
-        self.served_by = first.served_by if first is not None else turn.served_by
+        self.served_by = turn.served_by
 
     @property
     def id(self) -> str:
