@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from oars.errors import InvalidRequest, NotFound
 from oars.generation import ChatMessage, EngineRequest, Route
 from oars.normalize import ResponseRequest
-from oars.prompt import Context, Unseal, render
+from oars.prompt import Context, Unseal, render, validate
 from oars.store import Chain, Json, Store
 from oars.tools import ToolSet
 
@@ -64,7 +64,6 @@ class Turn:
         earlier = list(chain.items)
         new_input = await _references(request.input_items, store)
         history = [*conversation.items, *earlier]
-        _check_answers(history, new_input)
         turn = cls(
             request,
             (*history, *new_input),
@@ -73,22 +72,25 @@ class Turn:
             len(history),
             unseal,
             served_by=chain.served_by or conversation.served_by,
-        )
-        return turn.rendered()
+        ).rendered()  # the one render, which validates the new input's items
+        _check_answers(history, new_input)
+        return turn
 
     @classmethod
     def of(cls, request: ResponseRequest, unseal: Unseal | None = None) -> Turn:
-        """A request without history (its input has no item references)."""
+        """A request without history (its input has no item references); 400 naming a
+        malformed item."""
         items = request.input_items
         return cls(request, items, items, items, 0, unseal).rendered()
 
     # ---- what the model sees ------------------------------------------------------------
 
     def rendered(self) -> Turn:
-        """This turn with its messages (400 naming a malformed item)."""
+        """This turn with its messages: the render is the items' validation (400 naming a
+        malformed one, or an input that gives the model nothing to respond to)."""
         context = Context(self.unseal, params=self._param)
         messages = render((*self.items, *self.output), self.request.instructions, context)
-        if not messages and self.request.generate and not self._compacts_all:
+        if not messages and self._needs_a_message:
             raise InvalidRequest(
                 "Invalid 'input': it holds no message to respond to.", param="input"
             )
@@ -100,8 +102,16 @@ class Turn:
         return "previous_response_id" if self.request.previous_response_id else "conversation"
 
     @property
-    def _compacts_all(self) -> bool:
-        return self.request.compaction is not None and self.request.compaction.now
+    def _needs_a_message(self) -> bool:
+        """A generation needs a message to respond to (a compaction asked for now generates
+        nothing); so does a request that continues nothing and names no stored item, even
+        with `generate: false`."""
+        r = self.request
+        if r.compaction is not None and r.compaction.now:
+            return False
+        alone = r.previous_response_id is None and r.conversation_id is None
+        named = any(item.get("type") == "item_reference" for item in r.input_items)
+        return r.generate or (alone and not named)
 
     def engine_request(
         self, tools: ToolSet | None = None, max_output_tokens: int | None = None
@@ -160,9 +170,14 @@ class Turn:
 
 
 async def items_of(
-    previous_response_id: str | None, items: Sequence[Json], store: Store | None
+    previous_response_id: str | None,
+    items: Sequence[Json],
+    store: Store | None,
+    unseal: Unseal | None = None,
 ) -> list[Json]:
-    """A previous response's context followed by these items (references resolved)."""
+    """A previous response's context followed by these items (references resolved), for a
+    history that is compacted rather than rendered: 400 naming a malformed item of them."""
+    validate(items, unseal)
     earlier = (
         () if previous_response_id is None else (await _previous(previous_response_id, store)).items
     )
