@@ -1,33 +1,34 @@
 """Writing a compaction: the model itself summarizes a long history.
 
-`compact(service, model, items)` turns everything the model currently sees into a plain
+`compact(summarizer, model, items)` turns everything the model currently sees into a plain
 transcript, asks the model for a summary that keeps what an agent needs to go on (the task,
 files, commands, decisions, open steps), and seals it into a `compaction` item covering what the
 assistant and the tools said (see `oars.compaction`); the newest user messages (within a budget)
 are returned with it, for a client that replaces its history with the result.
 
-A create request compacts its context through its turn (`Turn.compact`): with
+A create request compacts its turn before generating (`compact_turn`): with
 `context_management`, when the prompt would pass the threshold or the model's context, or when
-the input ends with a `compaction_trigger` item.
+the input ends with a `compaction_trigger` item. The run manager calls it, and the
+`/v1/responses/compact` route calls `compact`; both hand over a `Summarizer`, the few things
+compacting asks of the server (the service is one), so this module sits below the service and
+the turn stays a value that does no I/O.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
 
-from oars.compaction import COMPACTION_TYPES, Sealed, fingerprint, place
+from oars.compaction import COMPACTION_TYPES, TRIGGER, Sealed, fingerprint, place
 from oars.errors import EngineError, InvalidRequest
-from oars.events.builder import usage_wire
-from oars.generation import ChatMessage, EngineRequest, SamplingParams
+from oars.generation import ChatMessage, Completion, EngineRequest, SamplingParams, usage_wire
 from oars.ids import new_id
 from oars.prompt import error_text
+from oars.sealing import Sealer
 from oars.store import Json
-
-if TYPE_CHECKING:
-    from oars.service import ResponsesService
+from oars.turn import Turn
 
 log = logging.getLogger("oars.compaction")
 
@@ -35,6 +36,7 @@ SUMMARY_TOKENS = 400  # the summary's length, at most (it is asked for 200 words
 KEEP_USER_CHARS = 6000  # user messages kept verbatim, newest first (about 1,500 tokens)
 TRANSCRIPT_TOKENS = 8192  # the summary prompt, at most (less on a smaller context)
 _ENTRY_CHARS = 1600  # one message, call or tool output in the transcript: its head and tail
+_RESERVE = 1024  # tokens left for the reply when deciding a prompt fits the context
 
 INSTRUCTIONS = """\
 You write the memory of a coding agent whose conversation grew too long. The agent will \
@@ -51,6 +53,29 @@ Be concrete (names, paths, numbers) and brief: at most 200 words. Say each fact 
 repeated actions into one bullet. Do not greet and do not invent anything."""
 
 
+class Summarizer(Protocol):
+    """What compacting asks of the server: the key a compaction is sealed with, and a model
+    to measure and complete a summary prompt with. Narrow, so the compactor needs no service
+    (`ResponsesService` is one, structurally) and tests can hand in a fake."""
+
+    @property
+    def sealer(self) -> Sealer | None:
+        """The server's key (None: it cannot seal, so it cannot compact)."""
+        ...
+
+    def context_length(self, model: str) -> int | None:
+        """The model's context window in tokens (None: not known here)."""
+        ...
+
+    async def count_tokens(self, model: str, request: EngineRequest) -> int:
+        """The input tokens a request's prompt takes on that model."""
+        ...
+
+    async def complete(self, model: str, request: EngineRequest) -> Completion:
+        """A plain generation outside any response: its answer."""
+        ...
+
+
 @dataclass(frozen=True)
 class Compacted:
     kept: list[Json]  # user messages kept verbatim
@@ -58,9 +83,36 @@ class Compacted:
     usage: dict[str, Any]
 
 
-async def compact(service: ResponsesService, model: str, items: Sequence[Json]) -> Compacted:
+async def compact_turn(turn: Turn, summarizer: Summarizer) -> Turn:
+    """Compact a turn before it generates: all of it now (a `compaction_trigger`: the response
+    then generates nothing), or, with `context_management`, the context before the new input
+    when the prompt would pass the threshold or the model's context. The compaction leads the
+    output, and the prompt is rendered with it."""
+    request = turn.request
+    assert request.compaction is not None
+    if request.compaction.now:
+        everything = [item for item in turn.items if item.get("type") != TRIGGER]
+        made = await compact(summarizer, request.model, everything)
+        return replace(turn, items=(*everything, made.item), compacted=made.item).rendered()
+    tokens = await summarizer.count_tokens(request.model, turn.engine_request())
+    context = summarizer.context_length(request.model)
+    threshold = request.compaction.threshold or context
+    reserve = request.sampling.max_output_tokens or _RESERVE
+    over_context = context is not None and tokens + reserve > context
+    if not over_context and (threshold is None or tokens <= threshold):
+        return turn
+    earlier = turn.items[: turn.new_at]
+    if not earlier:
+        return turn  # only new input: nothing earlier to compact
+    made = await compact(summarizer, request.model, earlier)
+    log.info("context of %d tokens compacted before generating (threshold %s)", tokens, threshold)
+    # the compaction hides the earlier items it covers
+    return replace(turn, items=(*turn.items, made.item), compacted=made.item).rendered()
+
+
+async def compact(summarizer: Summarizer, model: str, items: Sequence[Json]) -> Compacted:
     """Summarize what `items` show the model; 400 when there is nothing to compact."""
-    sealer = service.sealer
+    sealer = summarizer.sealer
     if sealer is None:
         raise InvalidRequest(
             "This server has no key to seal a compaction with.",
@@ -88,7 +140,7 @@ async def compact(service: ResponsesService, model: str, items: Sequence[Json]) 
             "There is nothing to compact: the input holds no messages.", param="input"
         )
     kept = _kept(visible)
-    summary, usage = await _summarize(service, model, entries)
+    summary, usage = await _summarize(summarizer, model, entries)
     covered = {fingerprint(item) for item in items if not _said_by_people(item)}
     sealed = Sealed(summary, frozenset(covered)).seal(sealer.seal)
     item = {"id": new_id("cmp"), "type": "compaction", "encrypted_content": sealed}
@@ -192,19 +244,19 @@ def _entry(item: Json) -> str:
 
 
 async def _summarize(
-    service: ResponsesService, model: str, entries: list[str]
+    summarizer: Summarizer, model: str, entries: list[str]
 ) -> tuple[str, dict[str, Any]]:
-    context = service.engine_for(model).info.context_length
+    context = summarizer.context_length(model)
     budget = min(TRANSCRIPT_TOKENS, (context or TRANSCRIPT_TOKENS) - SUMMARY_TOKENS - 64)
     chars = budget * 3
     for _ in range(4):
         request = _request(_fit(entries, chars))
-        tokens = await service.count_tokens(model, request)
+        tokens = await summarizer.count_tokens(model, request)
         if tokens <= budget:
             break
         chars = int(chars * budget / tokens * 0.9)
     try:
-        done = await service.complete(model, request)
+        done = await summarizer.complete(model, request)
     except EngineError as exc:
         raise EngineError(f"the summary could not be written: {exc}") from exc
     summary = _once(done.text)

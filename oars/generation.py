@@ -156,6 +156,26 @@ class Usage:
     reasoning_tokens: int = 0
 
 
+def usage_wire(usage: Usage) -> dict[str, Any]:
+    """A usage as the Responses API writes it (a response's `usage`, a compaction's)."""
+    return {
+        "input_tokens": usage.input_tokens,
+        "input_tokens_details": {"cached_tokens": usage.cached_tokens, "cache_write_tokens": 0},
+        "output_tokens": usage.output_tokens,
+        "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+        "total_tokens": usage.input_tokens + usage.output_tokens,
+    }
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A plain generation's answer outside any response (the compactor's summary): its text
+    and its usage."""
+
+    text: str
+    usage: Usage
+
+
 @dataclass(frozen=True)
 class EngineChunk:
     """Output of one or more tokens; the last chunk of a generation carries `finish`.

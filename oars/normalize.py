@@ -2,8 +2,9 @@
 
 `normalize(body)` turns the JSON body of `POST /v1/responses` into a `ResponseRequest`, or raises
 `InvalidRequest` naming the offending parameter. Nothing downstream looks at the wire body again.
-The request's input is checked here, item by item, and kept as items: the turn renders it for
-the model, once, with the history it continues.
+The request's input is checked here for its shape (a string, or a list of objects with a string
+`type`) and kept as items: the turn renders it for the model, once, with the history it
+continues, and that rendering is what finds a malformed item.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from oars.errors import InvalidRequest, NotFound
 from oars.generation import OutputFormat, SamplingParams
 from oars.ids import is_id, new_id
 from oars.mcp.servers import McpChoice, McpServer, parse_choice, parse_servers
-from oars.prompt import Unseal, check
 from oars.tools import NO_TOOLS, ToolSet, echo_tools, parse_tools, resolve
 
 INCLUDABLE = frozenset(
@@ -183,12 +183,15 @@ _ITEM_PREFIX = {
 def canonical_input(raw: Any) -> tuple[dict[str, Any], ...]:
     """The input as items, as they are kept and listed: a string is one user message, string
     content becomes one text part, and every item has an id (`item_reference`s stay as they
-    are until the store resolves them). Call after `check` has validated `raw`."""
+    are until the store resolves them). Call after `_input` has checked `raw`'s shape; what is
+    wrong inside an item is found where it is rendered."""
     items = [{"type": "message", "role": "user", "content": raw}] if isinstance(raw, str) else raw
     out: list[dict[str, Any]] = []
     for i, raw_item in enumerate(items):
         item = {"type": "message", **raw_item}
         kind = item["type"]
+        if kind == "item_reference" and not is_id(item.get("id")):
+            raise _fail(f"Invalid 'input[{i}].id': expected an item id.", f"input[{i}].id")
         if item.get("id") is not None and not is_id(item["id"]):
             raise _fail(
                 f"Invalid 'input[{i}].id': expected a string of 1 to 200 characters.",
@@ -201,7 +204,7 @@ def canonical_input(raw: Any) -> tuple[dict[str, Any], ...]:
             text = item["content"]
             part = (
                 {"type": "output_text", "text": text, "annotations": []}
-                if item["role"] == "assistant"
+                if item.get("role") == "assistant"
                 else {"type": "input_text", "text": text}
             )
             item["content"] = [part]
@@ -292,10 +295,10 @@ def _include(body: Mapping[str, Any]) -> list[str]:
     return list(include)
 
 
-def validate_items(raw: list[Any], param: str) -> None:
-    """Items as `input` takes them (400 naming the first bad one as `param[i]`)."""
+def check_shape(raw: list[Any], param: str) -> None:
+    """Items shaped as `input` takes them: at most `MAX_INPUT_ITEMS` objects, each with a
+    string `type` (400 naming the first that is not as `param[i]`)."""
     _input(raw, param)
-    check(raw, param=param)
 
 
 def validate_metadata(body: Mapping[str, Any]) -> dict[str, str]:
@@ -424,15 +427,13 @@ def normalize(
     default_temperature: float = 1.0,
     max_output_tokens: int | None = None,
     can_store: bool = False,
-    unseal: Unseal | None = None,
     mcp_servers: frozenset[str] = frozenset(),
 ) -> ResponseRequest:
     """Validate a `POST /v1/responses` body; raise `InvalidRequest` naming the bad parameter.
 
     The server's settings: `max_output_tokens`, the most a request may ask for (and what one
     that asks none gets); `can_store`, it keeps responses (then `store` defaults to true);
-    `unseal`, its key for sealed reasoning and compactions; `mcp_servers`, the labels of the MCP
-    servers its operator configured.
+    `mcp_servers`, the labels of the MCP servers its operator configured.
     """
     if not isinstance(body, dict):
         raise _fail("The request body must be a JSON object.", "body", "invalid_type")
@@ -444,7 +445,7 @@ def normalize(
         )
     instructions = _get(body, "instructions", (str,), "instructions")
     raw_input = body.get("input")
-    _check_input(raw_input, unseal, instructions, state)
+    _check_input(raw_input)
     wire_tools = _get(body, "tools", (list,), "tools") or []
     if len(wire_tools) > MAX_TOOLS:
         raise _fail(
@@ -517,15 +518,12 @@ def normalize(
     )
 
 
-def _check_input(raw: Any, unseal: Unseal | None, instructions: str | None, state: _State) -> None:
-    """The input, item by item; a request must give the model something to respond to."""
+def _check_input(raw: Any) -> None:
+    """The input is there and shaped as items. What is inside each item, and whether the model
+    is given something to respond to, the turn finds as it renders them (once)."""
     if raw is None:
         raise _fail("Missing required parameter: 'input'.", "input", "missing_required_parameter")
     _input(raw)
-    says = check(raw, unseal) or bool(instructions)
-    with_history = state.previous_response_id is not None or state.conversation_id is not None
-    if not says and not with_history and not _has_reference(raw) and not _trigger(raw):
-        raise _fail("Invalid 'input': it holds no message to respond to.", "input")
 
 
 def _trigger(raw: Any) -> bool:
@@ -575,9 +573,10 @@ class CompactRequest:
     previous_response_id: str | None
 
 
-def normalize_compact(body: Any, *, unseal: Unseal | None = None) -> CompactRequest:
+def normalize_compact(body: Any) -> CompactRequest:
     """`model` (required), `input`, `instructions`, `previous_response_id`, `prompt_cache_key`:
-    the history to compact, checked as a create request's input is."""
+    the history to compact, its shape checked as a create request's input is (its items are
+    validated as the turn resolves them, `turn.items_of`)."""
     if not isinstance(body, dict):
         raise _fail("The request body must be a JSON object.", "body", "invalid_type")
     model = _get(body, "model", (str,), "model")
@@ -596,7 +595,6 @@ def normalize_compact(body: Any, *, unseal: Unseal | None = None) -> CompactRequ
     items: tuple[dict[str, Any], ...] = ()
     if raw is not None:
         _input(raw)
-        check(raw, unseal)
         items = canonical_input(raw)
     if previous is not None and not is_id(previous):
         raise NotFound(
@@ -605,9 +603,3 @@ def normalize_compact(body: Any, *, unseal: Unseal | None = None) -> CompactRequ
             code="previous_response_not_found",
         )
     return CompactRequest(model, items, previous)
-
-
-def _has_reference(raw: Any) -> bool:
-    return isinstance(raw, list) and any(
-        isinstance(i, dict) and i.get("type") == "item_reference" for i in raw
-    )

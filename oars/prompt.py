@@ -8,7 +8,8 @@ declined approval is the call and the refusal. Listings and unanswered approval 
 nothing to the model. Other items of the SDK's union carry nothing a template can render.
 
 A malformed item is a 400 naming it (`input[i]…`): the turn tells which items came from this
-request's input and where they were in it.
+request's input and where they were in it. Rendering is the validation: `validate` runs it for
+items that are kept before any model sees them.
 """
 
 from __future__ import annotations
@@ -51,9 +52,13 @@ def render(
     return _with_system(_items(items, context or Context()), instructions)
 
 
-def check(raw: Any, unseal: Unseal | None = None, param: str = "input") -> bool:
+def validate(raw: Any, unseal: Unseal | None = None, param: str = "input") -> bool:
     """400 naming the first malformed item (`param[i]…`); whether anything in `raw` renders
-    as a message. `raw`: a string, or a list of objects with a string `type`."""
+    as a message. `raw`: a string, or a list of objects with a string `type`.
+
+    The renderer run for its errors, for items no model sees yet (those added to a
+    conversation, a history sent to be compacted). A create request's input is validated where
+    it is rendered, by its turn, once."""
     if isinstance(raw, str):
         return True
     context = Context(unseal, params=lambda i: f"{param}[{i}]")

@@ -18,10 +18,12 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
+from oars.compactor import compact_turn
 from oars.errors import InvalidRequest, NotFound, RateLimited, StoreUnavailable
 from oars.events import Event
 from oars.metrics import Metrics, TokenClock
@@ -249,11 +251,14 @@ class Runs:
 
     # ---- submitting ---------------------------------------------------------------------
 
-    async def submit(self, request: ResponseRequest, previous: Chain | None = None) -> RunHandle:
+    async def submit(
+        self, request: ResponseRequest, *, store: Store | None, previous: Chain | None = None
+    ) -> RunHandle:
         """Resolve history, keep the response, start producing. Errors here come before any
         byte of the response: client errors are 4xx (429 past the key's concurrent runs), a
-        store that is down is a 503. `previous`: the previous response's context, when the
-        caller holds it (see `Turn.open`)."""
+        store that is down is a 503. `store`: the store as the request's tenant sees it (its
+        `Tenant`'s), where its history is read. `previous`: the previous response's context,
+        when the caller holds it (see `Turn.open`)."""
         tenant = request.tenant
         if self.concurrent_per_key is not None and self._running[tenant] >= self.concurrent_per_key:
             raise RateLimited(
@@ -263,7 +268,7 @@ class Runs:
             )
         self._running[tenant] += 1
         try:
-            handle = await self._submit(request, previous)
+            handle = await self._submit(request, store, previous)
         except BaseException:
             self._running[tenant] -= 1
             raise
@@ -271,11 +276,12 @@ class Runs:
         handle.task.add_done_callback(lambda _: self._running.subtract([tenant]))
         return handle
 
-    async def _submit(self, request: ResponseRequest, previous: Chain | None) -> RunHandle:
-        store = scoped(self.store, request.tenant) if self.store is not None else None
+    async def _submit(
+        self, request: ResponseRequest, store: Store | None, previous: Chain | None
+    ) -> RunHandle:
         turn = await Turn.open(request, store, self.service.unseal, previous)
         if request.compaction is not None:
-            turn = await turn.compact(self.service)
+            turn = await compact_turn(turn, self.service)
             if turn.compacted is not None:
                 how = "trigger" if request.compaction.now else "threshold"
                 self.metrics.compacted(request.model, how)
@@ -345,23 +351,21 @@ class Runs:
                         kept.check()
             handle.generating = False
         except asyncio.CancelledError:
-            handle.generating = False
+            # Only `RunHandle.cancel` cancels this task, only while it generates, and the
+            # cancel is answered here in full: taken back, the awaits keeping the ending run.
             _uncancel()
-            await events.aclose()
-            ending = _publish(handle, generation.cancel(), ending)
+            ending = await _end(handle, events, ending, generation.cancel)
         except TimeoutError:
-            handle.generating = False
-            await events.aclose()
             message = (
                 f"The response took longer than this server allows ({self.request_timeout} s)."
             )
-            ending = _publish(handle, generation.fail(message, code="request_timeout"), ending)
+            timed_out = partial(generation.fail, message, code="request_timeout")
+            ending = await _end(handle, events, ending, timed_out)
         except StoreUnavailable as exc:
-            handle.generating = False
-            await events.aclose()
             log.error("response %s: %s", handle.id, exc)
             handle.unkept = True
-            ending = _publish(handle, generation.fail(str(exc), code="store_unavailable"), ending)
+            unkept = partial(generation.fail, str(exc), code="store_unavailable")
+            ending = await _end(handle, events, ending, unkept)
         try:
             if kept is not None:
                 await self._finish(kept, handle, ending)
@@ -446,7 +450,8 @@ class Tenant:
 
     async def submit(self, request: ResponseRequest, previous: Chain | None = None) -> RunHandle:
         """Start a response of this tenant's (see `Runs.submit`)."""
-        return await self.runs.submit(replace(request, tenant=self.tenant), previous)
+        request = replace(request, tenant=self.tenant)
+        return await self.runs.submit(request, store=self.store, previous=previous)
 
     def active(self, response_id: str) -> RunHandle | None:
         """A response of this tenant's that this replica is running."""
@@ -545,6 +550,19 @@ def _publish(handle: RunHandle, events: list[Event], ending: list[Event]) -> lis
         else:
             handle.log.append([event])
     return ending
+
+
+async def _end(
+    handle: RunHandle,
+    events: AsyncGenerator[list[Event], None],
+    ending: list[Event],
+    outcome: Callable[[], list[Event]],
+) -> list[Event]:
+    """Stop generating, then end the response as an outside cause asks (`outcome`: cancelled,
+    or failed): the generation is closed first, so its ending comes after all it made."""
+    handle.generating = False
+    await events.aclose()
+    return _publish(handle, outcome(), ending)
 
 
 def _uncancel() -> None:

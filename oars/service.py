@@ -19,32 +19,20 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncGenerator, Sequence
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from dataclasses import replace
 
 from oars.engines import Engine, Opened
 from oars.errors import ClientError, EngineError, NotFound, OarsError
 from oars.events import Event, ResponseBuilder
-from oars.generation import ChatMessage, EngineRequest, FinishReason, Usage
+from oars.generation import ChatMessage, Completion, EngineRequest, FinishReason, Usage
 from oars.metrics import TokenClock
 from oars.parsing import SegmentKind
 from oars.prompt import Unseal, check_media
 from oars.sealing import Sealer
-from oars.step import Step
-
-if TYPE_CHECKING:
-    from oars.toolbox import Toolbox, ToolboxFactory
-    from oars.turn import Turn
+from oars.step import ServerToolbox, ServerToolsFactory, Step
+from oars.turn import Turn
 
 log = logging.getLogger("oars.service")
-
-
-@dataclass(frozen=True)
-class Completion:
-    """What `ResponsesService.complete` got: the answer's text and its usage."""
-
-    text: str
-    usage: Usage
 
 
 class ResponsesService:
@@ -62,7 +50,7 @@ class ResponsesService:
         default_temperature: float | None = None,
         sealer: Sealer | None = None,
         strict_models: bool = False,
-        toolboxes: ToolboxFactory | None = None,
+        toolboxes: ServerToolsFactory | None = None,
     ) -> None:
         self.engines = engines if isinstance(engines, dict) else {engines.info.id: engines}
         self.default_model = next(iter(self.engines))
@@ -124,7 +112,7 @@ class ResponsesService:
             if start is not None:
                 await start()
 
-    async def _toolbox(self, turn: Turn) -> Toolbox | None:
+    async def _toolbox(self, turn: Turn) -> ServerToolbox | None:
         if not turn.request.generate or not (turn.request.servers or turn.approved()):
             return None
         if self.toolboxes is None:
@@ -132,6 +120,10 @@ class ResponsesService:
                 "This server runs no MCP tools.", param="tools", code="unsupported_value"
             )
         return await self.toolboxes.open(turn)
+
+    def context_length(self, model: str) -> int | None:
+        """The model's context window in tokens (None: not known here, an upstream's)."""
+        return self.engine_for(model).info.context_length
 
     async def count_tokens(self, model: str, request: EngineRequest) -> int:
         """The input tokens a request's prompt takes."""
@@ -173,18 +165,16 @@ class Generation:
         turn: Turn,
         builder: ResponseBuilder,
         *,
-        first: Opened | None = None,
-        toolbox: Toolbox | None = None,
-        unread: int | None = None,
+        toolbox: ServerToolbox | None = None,
     ) -> None:
         self.engine, self.turn, self.builder = engine, turn, builder
         self.toolbox = toolbox
         self.error: OarsError | None = None  # what failed it, for a response not streamed
-        self._first = first
-        self._unread = unread  # `generate: false`: the input's tokens; nothing is generated
+        self._first: Opened | None = None  # the first step, opened by `open`
+        self._unread: int | None = None  # `generate: false`: the input's tokens
         self._step: Step | None = None
         # the engine replica that served its last step (recorded, for the chain's next turn)
-        self.served_by = first.served_by if first is not None else turn.served_by
+        self.served_by = turn.served_by
 
     @property
     def id(self) -> str:

@@ -11,7 +11,7 @@ the order the model wrote it.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -21,7 +21,8 @@ from oars.events import Event, ResponseBuilder
 from oars.generation import EngineChunk, FinishReason, TokenLogprob, Usage
 from oars.metrics import TokenClock
 from oars.parsing import Segment, SegmentKind
-from oars.tools import Tool
+from oars.tools import Tool, ToolSet
+from oars.turn import Turn
 
 log = logging.getLogger("oars.service")
 
@@ -43,6 +44,43 @@ class ServerTools(Protocol):
 
     def run(self, builder: ResponseBuilder, call: ServerCall) -> AsyncIterator[Event]:
         """Run a call (or ask for its approval): its item's events."""
+        ...
+
+
+class ServerToolbox(ServerTools, Protocol):
+    """What a generation needs of them across its steps (`oars.toolbox.Toolbox` is one):
+    declared here, beside the step, so the service names no toolbox, even for its types."""
+
+    def prepare(self, builder: ResponseBuilder) -> AsyncIterator[Event]:
+        """Before the first step: the listings and the approved calls, as events."""
+        ...
+
+    def toolset(self, steps: int) -> ToolSet:
+        """The tools the next step offers, after `steps` steps."""
+        ...
+
+    def goes_on(self, step: Step, steps: int) -> bool:
+        """Whether the model goes on in a next step after this one (the `steps`-th)."""
+        ...
+
+    async def close(self) -> None:
+        """End the sessions the response opened."""
+        ...
+
+
+class ServerToolsFactory(Protocol):
+    """Where a response's server-side tools come from (the operator's MCP settings)."""
+
+    observe: Callable[[str, str, float], None] | None  # told (server, outcome, seconds) of a call
+
+    @property
+    def labels(self) -> frozenset[str]:
+        """The labels of the servers the operator configured (a request may name them)."""
+        ...
+
+    async def open(self, turn: Turn) -> ServerToolbox:
+        """A response's tools; a client error for what the request may not use, before
+        anything is sent."""
         ...
 
 

@@ -48,6 +48,11 @@ class ToolboxFactory:
     def __init__(self, config: McpConfig, observe: Observe | None = None) -> None:
         self.config, self.observe = config, observe
 
+    @property
+    def labels(self) -> frozenset[str]:
+        """The labels of the servers the operator configured."""
+        return self.config.labels
+
     async def open(self, turn: Turn) -> Toolbox:
         """A response's toolbox; 400 for a server URL it may not reach, or an approval for a
         server the request does not name (both before anything is sent)."""

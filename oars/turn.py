@@ -6,34 +6,25 @@ conversation's items, then the previous response's input and output, then the ne
 approval requests its history holds. What is kept as the response's input is the same minus
 the conversation, which keeps its own items.
 
-`compacted(service)` compacts a long context first (`context_management`, or a
-`compaction_trigger` item). `engine_request(tools)` renders the items into what an engine is
-asked. A response that runs server-side tools is several generations: each next one is
+A turn is a value: it does no I/O after it is opened. Compacting a long context first
+(`context_management`, or a `compaction_trigger` item) is `compactor.compact_turn`'s, which the
+run manager calls. `engine_request(tools)` is what an engine is asked, from the items rendered
+once. A response that runs server-side tools is several generations: each next one is
 `then(output)`, the same turn with the response's output so far after its items.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 
-from oars import compactor
-from oars.compaction import TRIGGER
 from oars.errors import InvalidRequest, NotFound
 from oars.generation import ChatMessage, EngineRequest, Route
 from oars.normalize import ResponseRequest
-from oars.prompt import Context, Unseal, render
+from oars.prompt import Context, Unseal, render, validate
 from oars.store import Chain, Json, Store
 from oars.tools import ToolSet
 
-if TYPE_CHECKING:
-    from oars.service import ResponsesService
-
-log = logging.getLogger("oars.turn")
-
-_RESERVE = 1024  # tokens left for the reply when deciding a prompt fits the context
 _CALLS = ("function_call", "custom_tool_call")
 _ANSWERS = ("function_call_output", "custom_tool_call_output")
 
@@ -73,7 +64,6 @@ class Turn:
         earlier = list(chain.items)
         new_input = await _references(request.input_items, store)
         history = [*conversation.items, *earlier]
-        _check_answers(history, new_input)
         turn = cls(
             request,
             (*history, *new_input),
@@ -82,22 +72,25 @@ class Turn:
             len(history),
             unseal,
             served_by=chain.served_by or conversation.served_by,
-        )
-        return turn.rendered()
+        ).rendered()  # the one render, which validates the new input's items
+        _check_answers(history, new_input)
+        return turn
 
     @classmethod
     def of(cls, request: ResponseRequest, unseal: Unseal | None = None) -> Turn:
-        """A request without history (its input has no item references)."""
+        """A request without history (its input has no item references); 400 naming a
+        malformed item."""
         items = request.input_items
         return cls(request, items, items, items, 0, unseal).rendered()
 
     # ---- what the model sees ------------------------------------------------------------
 
     def rendered(self) -> Turn:
-        """This turn with its messages (400 naming a malformed item)."""
+        """This turn with its messages: the render is the items' validation (400 naming a
+        malformed one, or an input that gives the model nothing to respond to)."""
         context = Context(self.unseal, params=self._param)
         messages = render((*self.items, *self.output), self.request.instructions, context)
-        if not messages and self.request.generate and not self._compacts_all:
+        if not messages and self._needs_a_message:
             raise InvalidRequest(
                 "Invalid 'input': it holds no message to respond to.", param="input"
             )
@@ -109,8 +102,16 @@ class Turn:
         return "previous_response_id" if self.request.previous_response_id else "conversation"
 
     @property
-    def _compacts_all(self) -> bool:
-        return self.request.compaction is not None and self.request.compaction.now
+    def _needs_a_message(self) -> bool:
+        """A generation needs a message to respond to (a compaction asked for now generates
+        nothing); so does a request that continues nothing and names no stored item, even
+        with `generate: false`."""
+        r = self.request
+        if r.compaction is not None and r.compaction.now:
+            return False
+        alone = r.previous_response_id is None and r.conversation_id is None
+        named = any(item.get("type") == "item_reference" for item in r.input_items)
+        return r.generate or (alone and not named)
 
     def engine_request(
         self, tools: ToolSet | None = None, max_output_tokens: int | None = None
@@ -167,41 +168,16 @@ class Turn:
             and item["approval_request_id"] not in ran
         ]
 
-    # ---- compaction -----------------------------------------------------------------------
-
-    async def compact(self, service: ResponsesService) -> Turn:
-        """Compact before generating: all of it now (a `compaction_trigger`: the response then
-        generates nothing), or, with `context_management`, the context before the new input
-        when the prompt would pass the threshold or the model's context. The compaction leads
-        the output, and the prompt is rendered with it."""
-        request = self.request
-        assert request.compaction is not None
-        if request.compaction.now:
-            everything = [item for item in self.items if item.get("type") != TRIGGER]
-            made = await compactor.compact(service, request.model, everything)
-            return replace(self, items=(*everything, made.item), compacted=made.item).rendered()
-        tokens = await service.count_tokens(request.model, self.engine_request())
-        context = service.engine_for(request.model).info.context_length
-        threshold = request.compaction.threshold or context
-        reserve = request.sampling.max_output_tokens or _RESERVE
-        over_context = context is not None and tokens + reserve > context
-        if not over_context and (threshold is None or tokens <= threshold):
-            return self
-        earlier = self.items[: self.new_at]
-        if not earlier:
-            return self  # only new input: nothing earlier to compact
-        made = await compactor.compact(service, request.model, earlier)
-        log.info(
-            "context of %d tokens compacted before generating (threshold %s)", tokens, threshold
-        )
-        # the compaction hides the earlier items it covers
-        return replace(self, items=(*self.items, made.item), compacted=made.item).rendered()
-
 
 async def items_of(
-    previous_response_id: str | None, items: Sequence[Json], store: Store | None
+    previous_response_id: str | None,
+    items: Sequence[Json],
+    store: Store | None,
+    unseal: Unseal | None = None,
 ) -> list[Json]:
-    """A previous response's context followed by these items (references resolved)."""
+    """A previous response's context followed by these items (references resolved), for a
+    history that is compacted rather than rendered: 400 naming a malformed item of them."""
+    validate(items, unseal)
     earlier = (
         () if previous_response_id is None else (await _previous(previous_response_id, store)).items
     )

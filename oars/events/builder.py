@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from oars.generation import FinishReason, TokenLogprob, Usage
+from oars.generation import FinishReason, TokenLogprob, Usage, usage_wire
 from oars.ids import new_id
 from oars.parsing import Segment, SegmentKind
 from oars.parsing.jsonfield import StringField
@@ -712,16 +712,6 @@ _CALL_STEPS: dict[SegmentKind, Callable[[ResponseBuilder, Segment], list[Event]]
     SegmentKind.CALL_ARGS: ResponseBuilder._call_args,
     SegmentKind.CALL_END: ResponseBuilder._call_end,
 }
-
-
-def usage_wire(usage: Usage) -> dict[str, Any]:
-    return {
-        "input_tokens": usage.input_tokens,
-        "input_tokens_details": {"cached_tokens": usage.cached_tokens, "cache_write_tokens": 0},
-        "output_tokens": usage.output_tokens,
-        "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
-        "total_tokens": usage.input_tokens + usage.output_tokens,
-    }
 
 
 # The snapshot's fields the builder makes (the rest echo the request).

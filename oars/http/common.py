@@ -98,8 +98,7 @@ def create_request(oars: Shared, body: Any) -> ResponseRequest:
         default_temperature=service.default_temperature,
         max_output_tokens=oars.limits.max_output_tokens,
         can_store=oars.keeps,
-        unseal=service.unseal,
-        mcp_servers=service.toolboxes.config.labels if service.toolboxes else frozenset(),
+        mcp_servers=service.toolboxes.labels if service.toolboxes else frozenset(),
     )
 
 

@@ -11,7 +11,8 @@ from starlette.responses import Response
 from oars.errors import InvalidRequest, NotFound
 from oars.http.common import JSON, list_page, page_wire, path_id, read_json, store_of
 from oars.ids import new_id
-from oars.normalize import canonical_input, validate_items, validate_metadata
+from oars.normalize import canonical_input, check_shape, validate_metadata
+from oars.prompt import validate
 from oars.store import Conversation, Page
 
 _MAX_ITEMS = 20  # per create or add call, as OpenAI
@@ -25,7 +26,8 @@ def _items(body: dict[str, Any], *, required: bool) -> tuple[dict[str, Any], ...
         raise InvalidRequest(
             f"Invalid 'items': expected an array of 1 to {_MAX_ITEMS} items.", param="items"
         )
-    validate_items(raw, "items")
+    check_shape(raw, "items")
+    validate(raw, param="items")  # kept before any model renders them: validated now
     if any(i.get("type") == "item_reference" for i in raw):
         raise InvalidRequest(
             "Invalid 'items': an item_reference cannot be added to a conversation.", param="items"

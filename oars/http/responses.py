@@ -172,8 +172,9 @@ async def input_items(request: Request) -> Response:
 async def compact(request: Request) -> Response:
     oars = shared(request)
     service = oars.service
-    req = normalize_compact(await read_json(request), unseal=service.unseal)
-    items = await items_of(req.previous_response_id, req.input_items, view(request).store)
+    req = normalize_compact(await read_json(request))
+    store = view(request).store
+    items = await items_of(req.previous_response_id, req.input_items, store, service.unseal)
     compacted = await compactor.compact(service, req.model, items)
     oars.metrics.compacted(req.model, "endpoint")
     body = {

@@ -14,12 +14,15 @@ import pytest
 from starlette.testclient import TestClient
 
 from oars.compaction import SUMMARY_PREFIX
-from oars.compactor import INSTRUCTIONS
+from oars.compactor import INSTRUCTIONS, compact_turn
+from oars.generation import Completion, EngineRequest, Usage
 from oars.http import create_app
+from oars.normalize import normalize
 from oars.sealing import Sealer
 from oars.service import ResponsesService
 from oars.store import SqlStore
 from oars.testing import ScriptedEngine
+from oars.turn import Turn
 from oars.validator import validate_events, validate_sse
 
 KEY = b"1" * 43 + b"="
@@ -393,3 +396,37 @@ def test_compactions_are_counted_by_how_they_were_asked_for() -> None:
         text = client.get("/metrics").text
     assert 'oars_compactions_total{how="endpoint",model="m"} 1.0' in text
     assert 'oars_compactions_total{how="trigger",model="m"} 1.0' in text
+
+
+class _Summarizer:
+    """A `Summarizer` without a service or an engine: what compacting asks of the server."""
+
+    def __init__(self) -> None:
+        self.sealer: Sealer | None = Sealer(KEY)
+        self.asked: list[EngineRequest] = []
+
+    def context_length(self, model: str) -> int | None:
+        return 4096
+
+    async def count_tokens(self, model: str, request: EngineRequest) -> int:
+        return 100
+
+    async def complete(self, model: str, request: EngineRequest) -> Completion:
+        self.asked.append(request)
+        return Completion("Summary by the fake.", Usage(10, 0, 5))
+
+
+def test_a_turn_compacts_through_a_summarizer_and_stays_a_value() -> None:
+    body = {"model": "m", "input": [*HISTORY, {"type": "compaction_trigger"}]}
+    turn = Turn.of(normalize(body, served_model="m"), Sealer(KEY).unseal)
+    summarizer = _Summarizer()
+    compacted = asyncio.run(compact_turn(turn, summarizer))
+    assert turn.compacted is None, "the turn it was given is unchanged"
+    assert compacted.compacted is not None and compacted.compacted["type"] == "compaction"
+    assert compacted.items[-1] is compacted.compacted
+    assert len(summarizer.asked) == 1 and summarizer.asked[0].messages[0].content == INSTRUCTIONS
+    said = [(m.role, m.content) for m in compacted.messages]
+    assert said == [
+        ("user", SUMMARY_PREFIX + "Summary by the fake."),
+        ("user", "Fix the failing test in calc.py."),
+    ]

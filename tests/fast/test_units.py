@@ -194,6 +194,72 @@ def test_dependency_direction() -> None:
             assert "starlette" not in " ".join(_imports(path)), rel
 
 
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module → the modules of `oars` it imports: every import statement, those under
+    `if TYPE_CHECKING:` and those inside functions included (a circle of types is a circle
+    of meaning all the same). `from oars.x import y` names the module `oars.x.y` when there is
+    one, else `oars.x`."""
+    modules = {_module(path): path for path in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        edges: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for alias in node.names:
+                    full = f"{node.module}.{alias.name}"
+                    edges.add(full if full in modules else node.module)
+            elif isinstance(node, ast.Import):
+                edges.update(alias.name for alias in node.names)
+        graph[name] = {edge for edge in edges if edge in modules and edge != name}
+    return graph
+
+
+def _circle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle, as the path that closes it (None: the graph has none)."""
+    done: set[str] = set()
+    path: list[str] = []
+
+    def visit(module: str) -> list[str] | None:
+        if module in path:
+            return [*path[path.index(module) :], module]
+        if module in done:
+            return None
+        path.append(module)
+        for imported in sorted(graph[module]):
+            found = visit(imported)
+            if found is not None:
+                return found
+        path.pop()
+        done.add(module)
+        return None
+
+    for module in sorted(graph):
+        found = visit(module)
+        if found is not None:
+            return found
+    return None
+
+
+def test_imports_form_no_circle() -> None:
+    """The package reads from top to bottom: no module imports one that imports it back,
+    directly or around a circle, even only for its types."""
+    graph = _import_graph()
+    assert "oars.turn" in graph["oars.service"]  # (the walk sees the package)
+    circle = _circle(graph)
+    assert circle is None, "import circle: " + " -> ".join(circle or [])
+
+
+def test_a_circle_is_found_and_named() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set()}
+    assert _circle(graph) == ["a", "b", "c", "a"]
+    assert _circle({"a": {"b"}, "b": set()}) is None
+
+
 def _imported_names(path: Path, module: str) -> set[str]:
     return {
         alias.name
@@ -204,13 +270,20 @@ def _imported_names(path: Path, module: str) -> set[str]:
 
 
 def test_one_home_for_what_cuts_across() -> None:
-    """The renderer is the turn's alone; routes see stored state only through their tenant's
-    view; the MCP package and the families stand on their own."""
+    """The renderer is the turn's alone, and its render is the input's validation (the
+    validating walk serves only items no model sees yet: a conversation's added items, a
+    history to compact, which the turn resolves); routes see stored state only through their
+    tenant's view; the MCP package and the families stand on their own."""
     for path in PACKAGE.rglob("*.py"):
         rel = path.relative_to(PACKAGE).as_posix()
         ours = {n for n in _imports(path) if n.startswith("oars")}
+        renderer = _imported_names(path, "oars.prompt")
+        assert "prompt" not in _imported_names(path, "oars"), rel  # its names, seen here
+        assert "check" not in renderer, rel
         if rel != "turn.py":
-            assert "render" not in _imported_names(path, "oars.prompt"), rel
+            assert "render" not in renderer, rel
+        if rel not in ("turn.py", "http/conversations.py"):
+            assert "validate" not in renderer, rel
         if rel.startswith("http/"):
             assert "oars.store.tenant" not in ours, rel
         if rel.startswith("http/") and rel != "http/common.py":  # only `view` reaches the runs
