@@ -3,7 +3,8 @@
 `Runs.submit(request)` opens the request's turn (its history, from the store), keeps the new
 response, and starts one producer task that drives the generation and appends every event to an
 `EventLog`. Readers (the SSE response, the non-streamed response, a resumed `GET`) follow the log
-from any sequence number; none of them owns the generation. A streamed response that is not in
+from any sequence number; none of them owns the generation. The log of a kept response is
+released to them as the store keeps it (see `oars.eventlog`). A streamed response that is not in
 the background is cancelled when its reader goes away; a background one runs on.
 
 The replica's one `Writer` keeps the response before its first byte, the log as it grows, and
@@ -14,7 +15,6 @@ leases alive, carries cancels asked for on other replicas, and fails the runs of
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import Counter
@@ -25,11 +25,11 @@ from typing import Any
 
 from oars.compactor import compact_turn
 from oars.errors import InvalidRequest, NotFound, RateLimited, StoreUnavailable
+from oars.eventlog import EventLog
 from oars.events import Event
 from oars.metrics import Metrics, TokenClock
 from oars.normalize import ResponseRequest
 from oars.service import Generation, ResponsesService
-from oars.silence import Silence
 from oars.store import (
     TERMINAL_STATUSES,
     Chain,
@@ -48,67 +48,6 @@ TERMINAL_EVENTS = frozenset(
     {"response.completed", "response.incomplete", "response.failed", "response.cancelled"}
 )
 _FLUSH_SECONDS = 0.1
-
-
-class EventLog:
-    """The ordered events of one response; readers wait for more until it is closed."""
-
-    def __init__(self) -> None:
-        self.events: list[Event] = []
-        self.closed = False
-        self._waiting: list[asyncio.Future[None]] = []  # a future for each reader waiting
-
-    def append(self, events: list[Event]) -> None:
-        self.events.extend(events)
-        self._wake()
-
-    def close(self) -> None:
-        self.closed = True
-        self._wake()
-
-    def _wake(self) -> None:
-        waiting, self._waiting = self._waiting, []
-        for waiter in waiting:
-            if not waiter.done():  # (a reader whose wait was cancelled)
-                waiter.set_result(None)
-
-    def _changed(self) -> asyncio.Future[None]:
-        """Done at the next append or close."""
-        waiter = asyncio.get_running_loop().create_future()
-        self._waiting.append(waiter)
-        return waiter
-
-    async def follow(
-        self, after: int = -1, keepalive: float | None = None
-    ) -> AsyncIterator[list[Event]]:
-        """Events with `sequence_number > after`, live until the log closes: each time, all
-        that came since the last (one write for a reader that fell behind). With `keepalive`,
-        an empty batch after that many seconds without an event."""
-        position = after + 1  # sequence numbers are the log's positions
-        silence = Silence(keepalive) if keepalive is not None else None
-        try:
-            while True:
-                if position < len(self.events):
-                    batch = self.events[position:]
-                    position += len(batch)
-                    yield batch
-                if self.closed and position >= len(self.events):
-                    return
-                if position < len(self.events):
-                    continue
-                waiter = self._changed()
-                if silence is None:
-                    await waiter
-                    continue
-                try:
-                    await silence.wait(waiter)
-                except TimeoutError:
-                    with contextlib.suppress(ValueError):  # (unless a wake took it meanwhile)
-                        self._waiting.remove(waiter)  # a long silence leaves no futures behind
-                    yield []
-        finally:
-            if silence is not None:
-                silence.close()
 
 
 class RunHandle:
@@ -337,6 +276,8 @@ class Runs:
         kept: Kept | None = None
         if begun is not None and self.writer is not None:
             kept = self.writer.track(handle, begun, logged=handle.streamed)
+            if kept.logged:
+                handle.log.hold(self.writer.hurry)
         generation = handle.generation
         events = generation.batches(handle.clock)
         ending: list[Event] = []  # held back until the response is kept

@@ -5,7 +5,9 @@ and its ending. Written by each run on its own, 64 streams made 640 transactions
 new response's first write queued behind them. The writer instead gathers whatever is due into
 one transaction (a group commit): new responses and endings are due at once, so a transaction
 starts as soon as the one before has landed; the running responses' new events are due every
-`interval` seconds, all of them in the same transaction, a row per response.
+`interval` seconds, all of them in the same transaction, a row per response, or as soon as the
+transaction before has landed when a reader waits for them (`hurry`): a held event log
+(`oars.eventlog`) shows its readers only what the store has.
 
 A transaction that fails fails everything in it: each waiter gets the `StoreUnavailable`, and a
 run whose events were in it fails too (its log could not be kept).
@@ -30,6 +32,8 @@ log = logging.getLogger("oars.writer")
 class _Log(Protocol):
     @property
     def events(self) -> Sequence[Event]: ...
+
+    def release(self, upto: int) -> None: ...
 
 
 class Running(Protocol):
@@ -123,6 +127,12 @@ class Writer:
             self._wake()
         return kept
 
+    def hurry(self) -> None:
+        """A reader waits for events not written yet: write the logs in the next transaction,
+        which starts as soon as the one in flight has landed."""
+        self._next_log = 0.0
+        self._wake()
+
     async def finish(self, kept: Kept, done: Finished) -> None:
         """The response ended: keep `done`, after the rest of its log (nothing if its first
         write never landed). Return once it is kept."""
@@ -187,6 +197,7 @@ class Writer:
             return
         for kept, _, upto in logs:
             kept.written = upto
+            kept.running.log.release(upto)
         for future in [f for _, f in begins] + [f for _, _, f in ends]:
             if not future.done():
                 future.set_result(None)

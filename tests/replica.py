@@ -1,18 +1,21 @@
 """An oars server process on the scripted engine, for the multi-replica and crash tests.
 
 python -m tests.replica --store URL --port P --replica NAME [--chunks N] [--delay S]
-                        [--mcp-call TEXT]
+                        [--mcp-call TEXT] [--script JSON]
 
 With `--mcp-call`, MCP servers on loopback may be named, and the model writes TEXT (a call) in
-its first generation and "Done." once it has seen a tool's result.
+its first generation and "Done." once it has seen a tool's result. `--script`: the model's
+chunks, a JSON list of strings (in place of `--chunks`), with its reasoning in <think> tags.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 
 import uvicorn
 
+from oars.families import THINK_TAGS, Hermes
 from oars.http import create_app
 from oars.service import ResponsesService
 from oars.testing import ScriptedEngine
@@ -27,12 +30,15 @@ def main() -> None:
     parser.add_argument("--delay", type=float, default=0.0)
     parser.add_argument("--lease", type=float, default=2.0)
     parser.add_argument("--mcp-call", default=None)
+    parser.add_argument("--script", type=json.loads, default=None)
     args = parser.parse_args()
     from oars.mcp.config import McpConfig
     from oars.store import SqlStore
     from oars.toolbox import ToolboxFactory
 
     engine = ScriptedEngine([f"w{i} " for i in range(args.chunks)], delay=args.delay)
+    if args.script is not None:
+        engine.script, engine.family = args.script, Hermes(think_tags=THINK_TAGS)
     toolboxes = None
     if args.mcp_call is not None:
         call = args.mcp_call

@@ -32,6 +32,7 @@ def replica(
     delay: float = 0.0,
     port: int | None = None,
     mcp_call: str | None = None,
+    script: list[str] | None = None,
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     port = port or free_port()
     cmd = [
@@ -49,6 +50,7 @@ def replica(
         "--delay",
         str(delay),
         *(["--mcp-call", mcp_call] if mcp_call else []),
+        *(["--script", json.dumps(script)] if script else []),
     ]
     with running(cmd, port) as served:
         yield served

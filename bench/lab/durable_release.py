@@ -1,0 +1,148 @@
+"""What holding a stored response's events until the store has them costs a stream.
+
+The question (issue: a resume after a replica dies must never contradict): a stored stream's
+events now reach the client only once written, a transaction after another while readers wait,
+where they used to go out at once and be written every 100 ms. How much later do the first
+token and each token arrive, at 1 and at 64 streams?
+
+Two source trees (before, after) each serve the scripted engine (no model: the store and the
+event path are all there is to measure) at a fixed pace, with a SQLite file or a PostgreSQL
+database; the two are run in rotation, and the table gives the median and p99 of the time to
+the first delta and of the gap between deltas, after against before.
+
+    python bench/lab/durable_release.py --before TREE --after TREE [--streams 1,64] [--reps 3]
+        [--store sqlite|postgresql://USER@HOST:PORT/DB]
+
+A tree is a checkout of oars (e.g. `git worktree add /tmp/before <commit>`); the server runs
+this file with that tree first on its path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+TOKENS = 60
+DELAY = 0.02  # 50 tokens a second a stream
+
+
+def serve(port: int, store: str, delay: float) -> None:
+    import uvicorn
+
+    from oars.http import create_app
+    from oars.service import ResponsesService
+    from oars.store import SqlStore
+    from oars.testing import ScriptedEngine
+
+    engine = ScriptedEngine([f"w{i} " for i in range(TOKENS)], delay=delay)
+    app = create_app(ResponsesService(engine), SqlStore(store), replica="bench")
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    def __init__(self, tree: Path, store: str) -> None:
+        self.port = _free_port()
+        env = {**os.environ, "PYTHONPATH": str(tree)}
+        cmd = [sys.executable, __file__, "serve", str(self.port), store, str(DELAY)]
+        self.proc = subprocess.Popen(cmd, cwd=tree, env=env)
+        self.base = f"http://127.0.0.1:{self.port}/v1"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=1)
+                return
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        raise RuntimeError("the server did not start")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
+async def _stream(client: httpx.AsyncClient, base: str) -> tuple[float, list[float]]:
+    """Time to the first delta, and the gaps between deltas (seconds)."""
+    body = {"input": "go", "stream": True, "store": True}
+    started = time.perf_counter()
+    arrivals: list[float] = []
+    async with client.stream("POST", f"{base}/responses", json=body) as response:
+        async for line in response.aiter_lines():
+            if line.startswith("data: ") and '"response.output_text.delta"' in line:
+                arrivals.append(time.perf_counter())
+    assert len(arrivals) == TOKENS, len(arrivals)
+    gaps = [b - a for a, b in itertools.pairwise(arrivals)]
+    return arrivals[0] - started, gaps
+
+
+async def _load(base: str, streams: int) -> tuple[list[float], list[float]]:
+    limits = httpx.Limits(max_connections=streams + 8)
+    async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+        results = await asyncio.gather(*(_stream(client, base) for _ in range(streams)))
+    return [first for first, _ in results], [g for _, gaps in results for g in gaps]
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "serve":
+        serve(int(sys.argv[2]), sys.argv[3], float(sys.argv[4]))
+        return
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--before", type=Path, required=True)
+    parser.add_argument("--after", type=Path, required=True)
+    parser.add_argument("--streams", default="1,64")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--store", default="sqlite")
+    args = parser.parse_args()
+    folder = Path(tempfile.mkdtemp())
+    results: dict[tuple[str, int], tuple[list[float], list[float]]] = {}
+    for rep in range(args.reps):
+        for name, tree in (("before", args.before), ("after", args.after)):
+            store = f"sqlite:///{folder}/{name}.db" if args.store == "sqlite" else args.store
+            server = Server(tree, store)
+            try:
+                for streams in map(int, args.streams.split(",")):
+                    asyncio.run(_load(server.base, streams))  # a warm-up
+                    first, gaps = asyncio.run(_load(server.base, streams))
+                    kept = results.setdefault((name, streams), ([], []))
+                    kept[0].extend(first)
+                    kept[1].extend(gaps)
+            finally:
+                server.stop()
+        print(f"rep {rep + 1} of {args.reps} done", file=sys.stderr)
+    rows = []
+    for streams in map(int, args.streams.split(",")):
+        b_first, b_gaps = results[("before", streams)]
+        a_first, a_gaps = results[("after", streams)]
+        for label, b, a in (("first delta", b_first, a_first), ("between deltas", b_gaps, a_gaps)):
+            row = {"streams": streams, "measure": label}
+            for q, name in ((0.5, "p50"), (0.99, "p99")):
+                row[f"{name} before ms"] = round(_pct(b, q), 1)
+                row[f"{name} after ms"] = round(_pct(a, q), 1)
+            row["p99 after - before ms"] = round(_pct(a, 0.99) - _pct(b, 0.99), 1)
+            rows.append(row)
+    print(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""A replica killed mid-stream (`kill -9`, real processes, a real PostgreSQL and a real SQLite
+file shared by two processes): every client that was reading one of its streams resumes on the
+replica that lives, after the last sequence number it received, and gets exactly the events
+after it: no gap, no number twice, and the text, the reasoning and the call it assembles are the
+stored response's. Responses started one after another are cut at every stage of a stream: in
+the reasoning, right after a delta, between items, inside a tool call, after the ending."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from oars.validator import validate_events, validate_sse
+from tests.conftest import new_database
+from tests.fast.test_replicas import _until, replica
+
+CALL = '<tool_call>{"name": "save", "arguments": {"path": "story.txt"}}</tool_call>'
+SCRIPT = [
+    *("<think>", "A ", "short ", "one.", "</think>"),
+    *(f"w{i} " for i in range(16)),
+    *(CALL[i : i + 6] for i in range(0, len(CALL), 6)),
+]
+TOOLS = [
+    {
+        "type": "function",
+        "name": "save",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+    }
+]
+RESPONSES = 12
+
+
+class Reader(threading.Thread):
+    """A client reading one stream live, as events arrive, until the stream ends or breaks."""
+
+    def __init__(self, base: str) -> None:
+        super().__init__(daemon=True)
+        self.base = base
+        self.events: list[dict[str, Any]] = []
+
+    def run(self) -> None:
+        body = {"input": "tell", "tools": TOOLS, "stream": True, "background": True}
+        try:
+            with httpx.stream("POST", f"{self.base}/responses", json=body, timeout=30) as stream:
+                for line in stream.iter_lines():
+                    if line.startswith("data: "):
+                        self.events.append(json.loads(line.removeprefix("data: ")))
+        except httpx.HTTPError:
+            pass  # the replica died
+
+
+def _wait_for(reader: Reader, count: int) -> None:
+    """Until `reader` has received `count` events, or its stream has ended."""
+    while len(reader.events) < count and reader.is_alive():
+        time.sleep(0.002)
+
+
+def _text(events: list[dict[str, Any]], kind: str) -> str:
+    return "".join(e["delta"] for e in events if e["type"] == kind)
+
+
+def _cut_and_resume(url: str, rounds: int = 2) -> None:
+    with replica(url, "b") as (b, _):
+        for _ in range(rounds):
+            with replica(url, "a", script=SCRIPT, delay=0.03) as (a, victim):
+                readers = [Reader(a)]
+                readers[0].start()
+                for _ in range(1, RESPONSES):  # each one 4 events behind the one before
+                    _wait_for(readers[-1], 4)
+                    readers.append(Reader(a))
+                    readers[-1].start()
+                _wait_for(readers[-1], 3)
+                os.kill(victim.pid, signal.SIGKILL)
+                victim.wait()
+                for reader in readers:
+                    reader.join(timeout=10)
+            for reader in readers:
+                _check_resume(b, reader.events)
+            cuts = {reader.events[-1]["type"] for reader in readers}
+            assert {"response.output_text.delta", "response.function_call_arguments.delta"} <= cuts
+
+
+def _check_resume(base: str, received: list[dict[str, Any]]) -> None:
+    assert received, "no event reached the client before the kill"
+    response_id = received[0]["response"]["id"]
+    stored = _until(base, response_id, ("failed", "completed"))
+    last = received[-1]["sequence_number"]
+    params = {"stream": "true", "starting_after": str(last)}
+    resumed = httpx.get(f"{base}/responses/{response_id}", params=params, timeout=30)
+    rest = validate_sse(resumed.text).events
+    numbers = [e["sequence_number"] for e in received + rest]
+    assert numbers == list(range(len(numbers))), numbers
+    whole = received + rest
+    report = validate_events(whole)
+    assert report.ok, report.text()
+    final = whole[-1]["response"]
+    assert final == stored
+    output = {item["type"]: item for item in stored["output"]}
+    if "message" in output:
+        text = output["message"]["content"][0]["text"]
+        assert _text(whole, "response.output_text.delta") == text
+    if "reasoning" in output:
+        reasoning = output["reasoning"]["content"][0]["text"]
+        assert _text(whole, "response.reasoning_text.delta") == reasoning
+    if "function_call" in output:
+        arguments = output["function_call"]["arguments"]
+        assert _text(whole, "response.function_call_arguments.delta") == arguments
+
+
+def test_a_client_resumes_a_killed_replicas_stream_without_contradiction_postgresql(
+    postgres_server: str,
+) -> None:
+    _cut_and_resume(new_database(postgres_server))
+
+
+def test_a_client_resumes_a_killed_replicas_stream_without_contradiction_sqlite(
+    tmp_path: Path,
+) -> None:
+    _cut_and_resume(f"sqlite:///{tmp_path}/oars.db")
+
+
+@pytest.mark.parametrize("stage", ["created", "delta"])
+def test_a_stream_shows_nothing_its_store_has_not_kept(tmp_path: Path, stage: str) -> None:
+    """Right after the client received an event, its replica dies: the store already has it."""
+    url = f"sqlite:///{tmp_path}/oars.db"
+    with replica(url, "b") as (b, _):
+        with replica(url, "a", script=SCRIPT, delay=0.03) as (a, victim):
+            reader = Reader(a)
+            reader.start()
+            wanted = "response.created" if stage == "created" else "response.output_text.delta"
+            while not any(e["type"] == wanted for e in reader.events):
+                time.sleep(0.001)
+            os.kill(victim.pid, signal.SIGKILL)
+            victim.wait()
+            reader.join(timeout=10)
+        _check_resume(b, reader.events)
