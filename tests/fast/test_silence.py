@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from oars.runs import EventLog
+from oars.eventlog import EventLog
 from oars.silence import Silence
 
 
