@@ -33,6 +33,7 @@ from oars.store import (
     Chain,
     Finished,
     NewResponse,
+    Reads,
     Store,
     StoredResponse,
 )
@@ -442,7 +443,7 @@ class Tenant:
 
     def __init__(self, runs: Runs, tenant: str) -> None:
         self.runs, self.tenant = runs, tenant
-        self.store: Store | None = scoped(runs.store, tenant) if runs.store is not None else None
+        self.store: Reads | None = scoped(runs.store, tenant) if runs.store is not None else None
 
     async def submit(self, request: ResponseRequest, previous: Chain | None = None) -> RunHandle:
         """Start a response of this tenant's (see `Runs.submit`)."""
