@@ -3,14 +3,12 @@ how every fault ends (a status before the first byte, `response.failed` after it
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import json
 import subprocess
 import sys
 import time
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -426,23 +424,6 @@ def test_the_reader_reads_a_recorded_stream_without_a_server() -> None:
     last = chunks[-1]
     assert last.finish is FinishReason.TOOL_CALLS
     assert last.usage is not None and last.usage.input_tokens == 301
-
-
-def test_the_body_and_the_reader_do_no_io() -> None:
-    """What goes out and what comes back are translated apart from the client: neither pure
-    module imports the network, the loop or the clock."""
-    for name in (chat_body.__module__, ChunkReader.__module__):
-        source = sys.modules[name].__file__
-        assert source is not None
-        tree = ast.parse(Path(source).read_text())
-        imported = {
-            node.module if isinstance(node, ast.ImportFrom) else alias.name
-            for node in ast.walk(tree)
-            if isinstance(node, (ast.Import, ast.ImportFrom))
-            for alias in node.names
-        }
-        io = {"aiohttp", "asyncio", "socket", "ssl", "os", "time", "oars.engines.upstream.client"}
-        assert not imported & io, name
 
 
 def test_calls_and_think_left_in_content_are_parsed_when_asked(upstream: Replay) -> None:
