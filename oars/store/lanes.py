@@ -1,4 +1,5 @@
-"""Where the store's writes run: a lane beside the serving loop, with a connection of its own.
+"""Where the store's writes run: a lane, with connections of its own, that keeps the serving loop
+from waiting for the database.
 
 On the serving loop each statement of a transaction was a round trip to the driver that waited
 its turn behind every stream's chunks (at 64 paced streams, 4-6 statements per ending made
