@@ -27,11 +27,15 @@ KINDS = ("begin", "log64", "end")
 ONE_REP = r"""
 import asyncio, json, sys, tempfile, time
 from oars.store import Finished, Logged, NewResponse, SqlStore, StoredResponse, Writes
-from oars.store.sql import _write
 try:
-    from oars.store.sql import _SqliteLane as Lane
-except ImportError:  # a checkout from before the lane ran on the loop
-    from oars.store.sql import _ThreadLane as Lane
+    from oars.store.lanes import SqliteLane as Lane
+    from oars.store.transactions import write_transaction as _write
+except ImportError:  # a checkout from before the store's split
+    from oars.store.sql import _write
+    try:
+        from oars.store.sql import _SqliteLane as Lane
+    except ImportError:  # a checkout from before the lane ran on the loop
+        from oars.store.sql import _ThreadLane as Lane
 
 count = int(sys.argv[1])
 

@@ -37,7 +37,8 @@ def _payloads(rest: bytes, data: bytes) -> tuple[int, bytes]:
 
 
 async def _engine(url: str, body: dict[str, Any]) -> tuple[Read, Callable[[], Awaitable[None]]]:
-    from oars.engines.upstream import UpstreamConfig, UpstreamEngine, _sse_data
+    from oars.engines.upstream import UpstreamConfig, UpstreamEngine
+    from oars.engines.upstream.client import sse_data
 
     engine = UpstreamEngine(UpstreamConfig("m", url))
 
@@ -45,7 +46,7 @@ async def _engine(url: str, body: dict[str, Any]) -> tuple[Read, Callable[[], Aw
         response = await engine._send(body, read_timeout=None)
         count = 0
         try:
-            async for payloads in _sse_data(response, 300.0, 120.0):
+            async for payloads in sse_data(response, 300.0, 120.0):
                 count += len(payloads)
         finally:
             response.release()

@@ -300,8 +300,7 @@ def _serve(
 
     from oars import logs
     from oars.engines import Engine
-    from oars.engines.replicas import ReplicaSet
-    from oars.engines.upstream import Pacing, replica_name
+    from oars.engines.upstream import Pacing, ReplicaSet, replica_name
     from oars.http import create_app
     from oars.http.app import default_replica
     from oars.http.common import Limits

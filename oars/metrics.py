@@ -27,7 +27,7 @@ from prometheus_client.core import (
 from oars.store import Store
 
 if TYPE_CHECKING:
-    from oars.engines.replicas import ReplicaEvent
+    from oars.engines.upstream import ReplicaEvent
 
 Labels = tuple[str, ...]
 

@@ -35,6 +35,7 @@ from oars.store import (
     Chain,
     Finished,
     NewResponse,
+    Reads,
     Store,
     StoredResponse,
 )
@@ -191,7 +192,7 @@ class Runs:
     # ---- submitting ---------------------------------------------------------------------
 
     async def submit(
-        self, request: ResponseRequest, *, store: Store | None, previous: Chain | None = None
+        self, request: ResponseRequest, *, store: Reads | None, previous: Chain | None = None
     ) -> RunHandle:
         """Resolve history, keep the response, start producing. Errors here come before any
         byte of the response: client errors are 4xx (429 past the key's concurrent runs), a
@@ -216,7 +217,7 @@ class Runs:
         return handle
 
     async def _submit(
-        self, request: ResponseRequest, store: Store | None, previous: Chain | None
+        self, request: ResponseRequest, store: Reads | None, previous: Chain | None
     ) -> RunHandle:
         turn = await Turn.open(request, store, self.service.unseal, previous)
         if request.compaction is not None:
@@ -387,7 +388,7 @@ class Tenant:
 
     def __init__(self, runs: Runs, tenant: str) -> None:
         self.runs, self.tenant = runs, tenant
-        self.store: Store | None = scoped(runs.store, tenant) if runs.store is not None else None
+        self.store: Reads | None = scoped(runs.store, tenant) if runs.store is not None else None
 
     async def submit(self, request: ResponseRequest, previous: Chain | None = None) -> RunHandle:
         """Start a response of this tenant's (see `Runs.submit`)."""

@@ -23,7 +23,7 @@ from dataclasses import replace
 
 from oars.engines import Engine, Opened
 from oars.errors import ClientError, EngineError, NotFound, OarsError
-from oars.events import Event, ResponseBuilder
+from oars.events import CallTarget, Event, ResponseBuilder
 from oars.generation import ChatMessage, Completion, EngineRequest, FinishReason, Usage
 from oars.metrics import TokenClock
 from oars.parsing import SegmentKind
@@ -97,7 +97,10 @@ class ResponsesService:
             request.echo,
             include_logprobs=request.include_logprobs,
             model=request.model,
-            tools={t.model_name: t for t in request.tools.callable},
+            tools={
+                t.model_name: CallTarget(t.name, t.namespace, custom=t.kind == "custom")
+                for t in request.tools.callable
+            },
             background=request.background,
             seal=self.sealer.seal if self.sealer and request.include_encrypted_reasoning else None,
         )

@@ -22,7 +22,7 @@ from oars.errors import InvalidRequest, NotFound
 from oars.generation import ChatMessage, EngineRequest, Route
 from oars.normalize import ResponseRequest
 from oars.prompt import Context, Unseal, render, validate
-from oars.store import Chain, Json, Store
+from oars.store import Chain, Json, Reads
 from oars.tools import ToolSet
 
 _CALLS = ("function_call", "custom_tool_call")
@@ -48,7 +48,7 @@ class Turn:
     async def open(
         cls,
         request: ResponseRequest,
-        store: Store | None,
+        store: Reads | None,
         unseal: Unseal | None = None,
         previous: Chain | None = None,
     ) -> Turn:
@@ -172,7 +172,7 @@ class Turn:
 async def items_of(
     previous_response_id: str | None,
     items: Sequence[Json],
-    store: Store | None,
+    store: Reads | None,
     unseal: Unseal | None = None,
 ) -> list[Json]:
     """A previous response's context followed by these items (references resolved), for a
@@ -208,7 +208,7 @@ def _no_store(param: str, what: str, code: str = "not_found") -> NotFound:
     return NotFound(f"{what} not found: this server keeps no stored state.", param=param, code=code)
 
 
-async def _previous(response_id: str, store: Store | None) -> Chain:
+async def _previous(response_id: str, store: Reads | None) -> Chain:
     if store is None:
         raise _no_store(
             "previous_response_id",
@@ -225,7 +225,7 @@ async def _previous(response_id: str, store: Store | None) -> Chain:
     return context
 
 
-async def _conversation(conversation_id: str, store: Store | None) -> Chain:
+async def _conversation(conversation_id: str, store: Reads | None) -> Chain:
     """A conversation's items, and the replica that served its latest response."""
     if store is None:
         raise _no_store("conversation", f"Conversation with id '{conversation_id}'")
@@ -236,7 +236,7 @@ async def _conversation(conversation_id: str, store: Store | None) -> Chain:
     return Chain(page.items, found.served_by)
 
 
-async def _references(items: Sequence[Json], store: Store | None) -> tuple[Json, ...]:
+async def _references(items: Sequence[Json], store: Reads | None) -> tuple[Json, ...]:
     wanted = [str(i["id"]) for i in items if i.get("type") == "item_reference"]
     if not wanted:
         return tuple(items)

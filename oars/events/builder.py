@@ -35,188 +35,30 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from oars.events.items import PART_EVENT, SEGMENT_ITEM, Item, Part, stream_logprob
 from oars.generation import FinishReason, TokenLogprob, Usage, usage_wire
 from oars.ids import new_id
 from oars.parsing import Segment, SegmentKind
 from oars.parsing.jsonfield import StringField
-from oars.tools import Tool
 
 Event = dict[str, Any]
 
 
-def stream_logprob(lp: TokenLogprob) -> dict[str, Any]:
-    """The delta/done event form: no `bytes`."""
-    return {
-        "token": lp.token,
-        "logprob": lp.logprob,
-        "top_logprobs": [{"token": t.token, "logprob": t.logprob} for t in lp.top_logprobs],
-    }
+@dataclass(frozen=True)
+class CallTarget:
+    """What the builder knows of a tool the model may call: the name and namespace its call
+    item carries, and whether the call is a custom tool's (its input streams as text, not as
+    JSON arguments). The service makes these from the request's tools, so the builder needs
+    nothing else of them."""
 
-
-def item_logprob(lp: TokenLogprob) -> dict[str, Any]:
-    """The output_text part form: `bytes` required."""
-    return {
-        "token": lp.token,
-        "bytes": list(lp.bytes),
-        "logprob": lp.logprob,
-        "top_logprobs": [
-            {"token": t.token, "bytes": list(t.bytes), "logprob": t.logprob}
-            for t in lp.top_logprobs
-        ],
-    }
-
-
-@dataclass
-class _Part:
-    type: str  # "output_text" | "reasoning_text"
-    text: str = ""
-    logprobs: list[TokenLogprob] = field(default_factory=list)
-    closed: bool = False  # its done events are out
-
-    def wire(self) -> dict[str, Any]:
-        if self.type == "reasoning_text":
-            return {"type": "reasoning_text", "text": self.text}
-        return {
-            "type": "output_text",
-            "text": self.text,
-            "annotations": [],
-            "logprobs": [item_logprob(lp) for lp in self.logprobs],
-        }
-
-
-@dataclass
-class _Item:
-    type: str  # "message" | "reasoning" | "function_call" | "custom_tool_call" | "compaction"
-    id: str
-    output_index: int
-    status: str = "in_progress"
-    parts: list[_Part] = field(default_factory=list)
-    call_id: str = ""
-    name: str = ""
-    arguments: str = ""  # function: the JSON text; custom: the input
+    name: str
     namespace: str | None = None
-    input_field: StringField | None = None  # custom calls: decodes `input` out of the arguments
-    streamed: str = ""  # custom calls: the input sent in deltas so far
-    phase: str = ""  # messages: commentary or final_answer, where the model family marks it
-    encrypted: str | None = None  # reasoning: the sealed text, when asked for; compaction: always
-    server_label: str = ""  # MCP items
-    output: str | None = None  # mcp_call: the tool's result
-    error: dict[str, Any] | str | None = None  # mcp_call: an error object; mcp_list_tools: text
-    approval_request_id: str | None = None  # mcp_call: the approval it ran after
-    tools: list[dict[str, Any]] = field(default_factory=list)  # mcp_list_tools
-    # MCP items: "running" (listing or calling), then "ended" (a listing's end is out) or the
-    # call's outcome ("completed", "failed"), which its done item keeps
-    stage: str = "added"
-    done: dict[str, Any] | None = None  # an item replayed from a log, as it was done
+    custom: bool = False
 
-    def wire(self) -> dict[str, Any]:
-        return self.done if self.done is not None else _ITEM_WIRE[self.type](self)
-
-
-def _message_wire(item: _Item) -> dict[str, Any]:
-    wire = {
-        "id": item.id,
-        "type": "message",
-        "status": item.status,
-        "role": "assistant",
-        "content": [p.wire() for p in item.parts],
-    }
-    return {**wire, "phase": item.phase} if item.phase else wire
-
-
-def _reasoning_wire(item: _Item) -> dict[str, Any]:
-    return {
-        "id": item.id,
-        "type": "reasoning",
-        "status": item.status,
-        "summary": [],
-        "content": [p.wire() for p in item.parts],
-        "encrypted_content": item.encrypted,
-    }
-
-
-def _call_fields(item: _Item) -> dict[str, Any]:
-    fields = {
-        "id": item.id,
-        "type": item.type,
-        "status": item.status,
-        "call_id": item.call_id,
-        "name": item.name,
-    }
-    if item.namespace:
-        fields["namespace"] = item.namespace
-    return fields
-
-
-def _function_call_wire(item: _Item) -> dict[str, Any]:
-    return {**_call_fields(item), "arguments": item.arguments}
-
-
-def _custom_call_wire(item: _Item) -> dict[str, Any]:
-    return {**_call_fields(item), "input": item.streamed}
-
-
-def _compaction_wire(item: _Item) -> dict[str, Any]:
-    return {"id": item.id, "type": "compaction", "encrypted_content": item.encrypted}
-
-
-def _mcp_list_wire(item: _Item) -> dict[str, Any]:
-    """As OpenAI sends it: no `error` key unless the listing failed."""
-    wire = {
-        "id": item.id,
-        "type": "mcp_list_tools",
-        "server_label": item.server_label,
-        "tools": item.tools,
-    }
-    return {**wire, "error": item.error} if item.error is not None else wire
-
-
-def _mcp_call_wire(item: _Item) -> dict[str, Any]:
-    return {
-        "id": item.id,
-        "type": "mcp_call",
-        "status": item.status,
-        "server_label": item.server_label,
-        "name": item.name,
-        "arguments": item.streamed,
-        "output": item.output,
-        "error": item.error,
-        "approval_request_id": item.approval_request_id,
-    }
-
-
-def _approval_request_wire(item: _Item) -> dict[str, Any]:
-    return {
-        "id": item.id,
-        "type": "mcp_approval_request",
-        "server_label": item.server_label,
-        "name": item.name,
-        "arguments": item.arguments,
-    }
-
-
-_ITEM_WIRE: dict[str, Callable[[_Item], dict[str, Any]]] = {
-    "compaction": _compaction_wire,
-    "mcp_list_tools": _mcp_list_wire,
-    "mcp_call": _mcp_call_wire,
-    "mcp_approval_request": _approval_request_wire,
-    "message": _message_wire,
-    "reasoning": _reasoning_wire,
-    "function_call": _function_call_wire,
-    "custom_tool_call": _custom_call_wire,
-}
-
-# segment kind → (item type, id prefix, part type)
-_SEGMENT_ITEM = {
-    SegmentKind.TEXT: ("message", "msg", "output_text"),
-    SegmentKind.REASONING: ("reasoning", "rs", "reasoning_text"),
-}
-# part type → prefix of its delta/done events
-_PART_EVENT = {"output_text": "response.output_text", "reasoning_text": "response.reasoning_text"}
 
 # Items a model writes as a call: one open at the end of a generation was cut short.
 _CALL_TYPES = ("function_call", "custom_tool_call", "mcp_call")
@@ -237,7 +79,7 @@ class ResponseBuilder:
         *,
         include_logprobs: bool = False,
         model: str,
-        tools: Mapping[str, Tool] | None = None,
+        tools: Mapping[str, CallTarget] | None = None,  # by the name the model calls it
         background: bool = False,
         seal: Callable[[str], str] | None = None,
     ) -> None:
@@ -248,8 +90,8 @@ class ResponseBuilder:
         self._include_logprobs = include_logprobs
         self._tools = dict(tools or {})
         self._seq = 0
-        self._items: list[_Item] = []
-        self._open: _Item | None = None
+        self._items: list[Item] = []
+        self._open: Item | None = None
         self._pending_space: list[tuple[str, tuple[TokenLogprob, ...]]] = []
         self.status = "queued" if background else "in_progress"
         self._seal = seal
@@ -258,41 +100,11 @@ class ResponseBuilder:
         self._incomplete_reason: str | None = None
         self._completed_at: int | None = None
 
-    # ---- a response whose replica died ------------------------------------------------
-
-    @classmethod
-    def replay(cls, logged: Sequence[Event], snapshot: Mapping[str, Any]) -> ResponseBuilder:
-        """The builder of a response whose replica died, as far as its log shows it: the
-        items it finished, the one it had open as far as its deltas went. `restart()` then
-        makes what the log lacks of the stream's opening, and `fail()` ends it as this builder
-        would have ended it."""
-        echo = {k: v for k, v in snapshot.items() if k not in _OWN}
-        builder = cls(echo, model=snapshot["model"])
-        builder.id, builder.created_at = snapshot["id"], snapshot["created_at"]
-        builder.status = "in_progress"
-        for event in logged:
-            builder._replayed(event)
-        builder._seq = len(logged)  # a log's sequence numbers are its positions
-        return builder
-
-    def restart(self) -> list[Event]:
-        """What a replayed log lacks of `response.created` and `response.in_progress`."""
-        if self._seq == 0:
-            return self.start()
-        if self._seq == 1:
-            return [self._emit("response.in_progress", response=self.response)]
-        return []
-
-    def _replayed(self, event: Event) -> None:
-        kind, item = event["type"], self._open
-        if kind == "response.output_item.added":
-            self._open = _replayed_item(event["item"], event["output_index"])
-            self._items.append(self._open)
-        elif kind == "response.output_item.done":
-            self._items[event["output_index"]].done = event["item"]
-            self._open = None
-        elif item is not None:
-            _REPLAYED.get(kind, _ignored)(item, event)
+    def resume(self, items: list[Item], open_item: Item | None, logged: int) -> None:
+        """Go on from a log of `logged` events that made `items` and left `open_item` open
+        (`oars.events.replay`): the next event is numbered `logged`, and the response runs."""
+        self._items, self._open, self._seq = items, open_item, logged
+        self.status = "in_progress"
 
     # ---- the snapshot -------------------------------------------------------------------
 
@@ -333,10 +145,11 @@ class ResponseBuilder:
         return event
 
     def start(self) -> list[Event]:
-        created = self._emit("response.created", response=self.response)
-        if self.status == "queued":
-            return [created, self._emit("response.queued", response=self.response)]
-        return [created, self._emit("response.in_progress", response=self.response)]
+        """The stream's opening: `response.created`, then `response.queued` or
+        `response.in_progress`. Resumed from a log, only what the log lacks of them."""
+        waiting = "response.queued" if self.status == "queued" else "response.in_progress"
+        opening = ("response.created", waiting)[self._seq :]
+        return [self._emit(type_, response=self.response) for type_ in opening]
 
     def progress(self) -> list[Event]:
         """A queued response's generation starts."""
@@ -441,18 +254,18 @@ class ResponseBuilder:
         return item is not None and item.type == item_type and item.phase == phase
 
     def _open_for(self, kind: SegmentKind, phase: str = "") -> list[Event]:
-        item_type, prefix, part_type = _SEGMENT_ITEM[kind]
+        item_type, prefix, part_type = SEGMENT_ITEM[kind]
         if self._is_open(item_type, phase):
             return []
         item, events = self._add_item(type=item_type, id=new_id(prefix), phase=phase)
-        item.parts.append(_Part(part_type))
+        item.parts.append(Part(part_type))
         events.append(self._part_event("response.content_part.added", item, 0))
         return events
 
-    def _add_item(self, **fields: Any) -> tuple[_Item, list[Event]]:
+    def _add_item(self, **fields: Any) -> tuple[Item, list[Event]]:
         """Close the open item, open a new one at the next output_index, announce it."""
         events = self._close("completed")
-        item = _Item(output_index=len(self._items), **fields)
+        item = Item(output_index=len(self._items), **fields)
         self._items.append(item)
         self._open = item
         events.append(
@@ -462,7 +275,7 @@ class ResponseBuilder:
         )
         return item, events
 
-    def _part_event(self, type_: str, item: _Item, content_index: int) -> Event:
+    def _part_event(self, type_: str, item: Item, content_index: int) -> Event:
         return self._emit(
             type_,
             item_id=item.id,
@@ -471,7 +284,7 @@ class ResponseBuilder:
             part=item.parts[content_index].wire(),
         )
 
-    def _delta(self, item: _Item, text: str, logprobs: tuple[TokenLogprob, ...]) -> Event:
+    def _delta(self, item: Item, text: str, logprobs: tuple[TokenLogprob, ...]) -> Event:
         part = item.parts[-1]
         part.text += text
         fields: dict[str, Any] = {}
@@ -480,7 +293,7 @@ class ResponseBuilder:
             part.logprobs.extend(kept)
             fields["logprobs"] = [stream_logprob(lp) for lp in kept]
         return self._emit(
-            f"{_PART_EVENT[part.type]}.delta",
+            f"{PART_EVENT[part.type]}.delta",
             item_id=item.id,
             output_index=item.output_index,
             content_index=len(item.parts) - 1,
@@ -492,7 +305,7 @@ class ResponseBuilder:
 
     def _call_start(self, segment: Segment) -> list[Event]:
         tool = self._tools.get(segment.name)
-        custom = tool is not None and tool.kind == "custom"
+        custom = tool is not None and tool.custom
         _, events = self._add_item(
             type="custom_tool_call" if custom else "function_call",
             id=new_id("ctc" if custom else "fc"),
@@ -523,7 +336,7 @@ class ResponseBuilder:
             )
         ]
 
-    def _input_delta(self, item: _Item, delta: str) -> list[Event]:
+    def _input_delta(self, item: Item, delta: str) -> list[Event]:
         if not delta:
             return []
         item.streamed += delta
@@ -539,7 +352,7 @@ class ResponseBuilder:
     def _call_end(self, segment: Segment) -> list[Event]:
         return self._close("completed")
 
-    def _close_call(self, item: _Item) -> list[Event]:
+    def _close_call(self, item: Item) -> list[Event]:
         where = {"item_id": item.id, "output_index": item.output_index}
         if item.type == "function_call":
             return [
@@ -565,7 +378,7 @@ class ResponseBuilder:
 
     # ---- MCP servers' tools (run by this server) -------------------------------------------
 
-    def _at(self, item: _Item) -> dict[str, Any]:
+    def _at(self, item: Item) -> dict[str, Any]:
         return {"item_id": item.id, "output_index": item.output_index}
 
     def list_tools(self, label: str) -> list[Event]:
@@ -573,7 +386,7 @@ class ResponseBuilder:
         item, events = self._add_item(type="mcp_list_tools", id=new_id("mcpl"), server_label=label)
         return events + self._listing(item)
 
-    def _listing(self, item: _Item) -> list[Event]:
+    def _listing(self, item: Item) -> list[Event]:
         item.stage = "running"
         return [self._emit("response.mcp_list_tools.in_progress", **self._at(item))]
 
@@ -632,7 +445,7 @@ class ResponseBuilder:
         )
         return events + self._close("completed")
 
-    def _open_of(self, item_type: str) -> _Item:
+    def _open_of(self, item_type: str) -> Item:
         item = self._open
         assert item is not None and item.type == item_type, f"no open {item_type}"
         return item
@@ -662,7 +475,7 @@ class ResponseBuilder:
         )
         return events
 
-    def _close_part(self, item: _Item) -> list[Event]:
+    def _close_part(self, item: Item) -> list[Event]:
         events: list[Event] = []
         index = len(item.parts) - 1
         part = item.parts[index]
@@ -674,7 +487,7 @@ class ResponseBuilder:
             done_fields["logprobs"] = [stream_logprob(lp) for lp in part.logprobs]
         events.append(
             self._emit(
-                f"{_PART_EVENT[part.type]}.done",
+                f"{PART_EVENT[part.type]}.done",
                 item_id=item.id,
                 output_index=item.output_index,
                 content_index=index,
@@ -714,86 +527,3 @@ _CALL_STEPS: dict[SegmentKind, Callable[[ResponseBuilder, Segment], list[Event]]
 }
 
 
-# The snapshot's fields the builder makes (the rest echo the request).
-_OWN = frozenset(
-    {
-        "id",
-        "object",
-        "created_at",
-        "status",
-        "completed_at",
-        "error",
-        "incomplete_details",
-        "model",
-        "output",
-        "usage",
-    }
-)
-
-
-def _replayed_item(wire: Mapping[str, Any], output_index: int) -> _Item:
-    """An item as its `output_item.added` showed it, open (its deltas follow)."""
-    fields = {k: wire[k] for k in ("call_id", "name", "namespace", "server_label") if k in wire}
-    item = _Item(type=wire["type"], id=wire["id"], output_index=output_index, **fields)
-    item.phase = wire.get("phase") or ""
-    item.approval_request_id = wire.get("approval_request_id")
-    if item.type == "custom_tool_call":
-        item.input_field = StringField("input")
-    return item
-
-
-def _ignored(item: _Item, event: Event) -> None:
-    return None
-
-
-def _part_added(item: _Item, event: Event) -> None:
-    item.parts.append(_Part(event["part"]["type"]))
-
-
-def _part_delta(item: _Item, event: Event) -> None:
-    item.parts[-1].text += event["delta"]
-
-
-def _part_done(item: _Item, event: Event) -> None:
-    item.parts[-1].closed = True
-
-
-def _arguments_delta(item: _Item, event: Event) -> None:
-    item.arguments += event["delta"]
-
-
-def _input_delta(item: _Item, event: Event) -> None:
-    item.streamed += event["delta"]
-    item.arguments = json.dumps({"input": item.streamed})  # what closing it reads back
-
-
-def _mcp_arguments(item: _Item, event: Event) -> None:
-    item.streamed += event["delta"]
-
-
-def _list_running(item: _Item, event: Event) -> None:
-    item.stage = "running"
-
-
-def _list_ended(item: _Item, event: Event) -> None:
-    item.stage = "ended"
-
-
-def _call_ended(item: _Item, event: Event) -> None:
-    item.stage = event["type"].rpartition(".")[2]  # completed | failed
-
-
-_REPLAYED: dict[str, Callable[[_Item, Event], None]] = {
-    "response.content_part.added": _part_added,
-    "response.output_text.delta": _part_delta,
-    "response.reasoning_text.delta": _part_delta,
-    "response.content_part.done": _part_done,
-    "response.function_call_arguments.delta": _arguments_delta,
-    "response.custom_tool_call_input.delta": _input_delta,
-    "response.mcp_call_arguments.delta": _mcp_arguments,
-    "response.mcp_list_tools.in_progress": _list_running,
-    "response.mcp_list_tools.completed": _list_ended,
-    "response.mcp_list_tools.failed": _list_ended,
-    "response.mcp_call.completed": _call_ended,
-    "response.mcp_call.failed": _call_ended,
-}

@@ -25,8 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from oars import api, logs
-from oars.engines.replicas import ReplicaSet
-from oars.engines.upstream import UpstreamEngine
+from oars.engines.upstream import ReplicaSet, UpstreamEngine
 from oars.errors import ClientError, EngineError, StoreUnavailable
 from oars.http import conversations, pages, responses, websocket
 from oars.http.common import DEFAULT_LIMITS, JSON, Limits, Shared, error, shared

@@ -16,7 +16,7 @@ from oars.metrics import Metrics
 from oars.normalize import ResponseRequest, normalize
 from oars.runs import Runs, Tenant
 from oars.service import ResponsesService
-from oars.store import Page, Store
+from oars.store import Page, Reads
 from oars.turn import Turn
 
 
@@ -102,7 +102,7 @@ def create_request(oars: Shared, body: Any) -> ResponseRequest:
     )
 
 
-async def open_turn(oars: Shared, request: ResponseRequest, store: Store | None) -> Turn:
+async def open_turn(oars: Shared, request: ResponseRequest, store: Reads | None) -> Turn:
     """A request's turn, outside a run (to count its tokens)."""
     return await Turn.open(request, store, oars.service.unseal)
 
@@ -112,7 +112,7 @@ def view(request: Request) -> Tenant:
     return shared(request).tenant(tenant_of(request))
 
 
-def store_of(request: Request) -> Store:
+def store_of(request: Request) -> Reads:
     """The store as the request's tenant sees it."""
     store = view(request).store
     if store is None:

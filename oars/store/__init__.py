@@ -9,8 +9,10 @@ from oars.store.base import (
     Logged,
     NewResponse,
     Page,
+    Reads,
     Store,
     StoredResponse,
+    Upkeep,
     Writes,
 )
 from oars.store.sql import SqlStore, database_url
@@ -24,9 +26,11 @@ __all__ = [
     "Logged",
     "NewResponse",
     "Page",
+    "Reads",
     "SqlStore",
     "Store",
     "StoredResponse",
+    "Upkeep",
     "Writes",
     "database_url",
 ]

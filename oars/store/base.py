@@ -1,8 +1,9 @@
 """What oars keeps: responses, their items and event logs, and conversations.
 
-The `Store` protocol is the whole seam; `oars.store.sql` implements it for SQLite and PostgreSQL.
-Values are plain dicts of the wire shapes (a response snapshot, an item, an event) so that what is
-read back is byte for byte what was sent.
+The `Store` protocol is the whole seam, in two halves: `Reads` (what a request sees, through its
+tenant's view) and `Upkeep` (what the replica does); `oars.store.sql` implements it for SQLite and
+PostgreSQL. Values are plain dicts of the wire shapes (a response snapshot, an item, an event) so
+that what is read back is byte for byte what was sent.
 """
 
 from __future__ import annotations
@@ -115,16 +116,11 @@ class Conversation:
         }
 
 
-class Store(Protocol):
-    """Every method may raise `StoreUnavailable` (the database is down, full or unreachable)."""
+class Reads(Protocol):
+    """What a request may see and change of what is kept: responses, their items and logs, and
+    conversations. This is what a tenant's view (`oars.store.tenant.Scoped`) wraps.
 
-    async def open(self) -> None:
-        """Connect; create or upgrade the schema."""
-        ...
-
-    async def write(self, writes: Writes) -> None:
-        """Keep responses that start, log events of running ones, end others: all or nothing."""
-        ...
+    Every method may raise `StoreUnavailable` (the database is down, full or unreachable)."""
 
     async def get(self, response_id: str) -> StoredResponse | None: ...
 
@@ -153,16 +149,6 @@ class Store(Protocol):
     async def events(self, response_id: str, *, after: int) -> list[Json]: ...
 
     async def request_cancel(self, response_id: str) -> StoredResponse | None: ...
-
-    async def heartbeat(
-        self, owner: str, response_ids: Sequence[str], *, lease_seconds: float
-    ) -> list[str]:
-        """Extend the leases of these running responses; return those asked to cancel."""
-        ...
-
-    async def fail_orphans(self, *, owner: str | None) -> list[str]:
-        """Fail unfinished responses whose lease ran out (or all of `owner`'s); return their ids."""
-        ...
 
     # ---- conversations ------------------------------------------------------------------
 
@@ -193,4 +179,33 @@ class Store(Protocol):
 
     async def delete_conversation_item(self, conversation_id: str, item_id: str) -> bool: ...
 
+
+class Upkeep(Protocol):
+    """What the replica does with the store, for nobody's request in particular: connect, keep
+    what the writer gathered, renew its leases and end what a dead replica left running.
+
+    Every method may raise `StoreUnavailable` (the database is down, full or unreachable)."""
+
+    async def open(self) -> None:
+        """Connect; create or upgrade the schema."""
+        ...
+
+    async def write(self, writes: Writes) -> None:
+        """Keep responses that start, log events of running ones, end others: all or nothing."""
+        ...
+
+    async def heartbeat(
+        self, owner: str, response_ids: Sequence[str], *, lease_seconds: float
+    ) -> list[str]:
+        """Extend the leases of these running responses; return those asked to cancel."""
+        ...
+
+    async def fail_orphans(self, *, owner: str | None) -> list[str]:
+        """Fail unfinished responses whose lease ran out (or all of `owner`'s); return their ids."""
+        ...
+
     async def close(self) -> None: ...
+
+
+class Store(Reads, Upkeep, Protocol):
+    """The whole store: what requests read through, and what the replica keeps up."""

@@ -1,8 +1,9 @@
 """One tenant's view of a store: what another API key made does not exist here.
 
 Every read checks the owner (a response's or conversation's `tenant`) and answers as if the
-object were missing; everything written is marked with the tenant. Without API keys every
-request is the tenant '', which owns what was stored without keys (all of it, before keys).
+object were missing; a conversation created here is marked with the tenant (a response carries
+its own to the writer). Without API keys every request is the tenant '', which owns what was
+stored without keys (all of it, before keys).
 """
 
 from __future__ import annotations
@@ -10,21 +11,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from oars.store.base import (
-    Chain,
-    Conversation,
-    Json,
-    Page,
-    Store,
-    StoredResponse,
-    Writes,
-)
+from oars.store.base import Chain, Conversation, Json, Page, Reads, StoredResponse
 
 
 class Scoped:
-    """A `Store` limited to `tenant`'s responses and conversations."""
+    """The `Reads` of a store limited to `tenant`'s responses and conversations. The store's
+    upkeep (connecting, the writer's transactions, leases, orphans) is the replica's, not a
+    tenant's: it is not here."""
 
-    def __init__(self, store: Store, tenant: str) -> None:
+    def __init__(self, store: Reads, tenant: str) -> None:
         self.inner, self.tenant = store, tenant
 
     async def _mine(self, response_id: str) -> StoredResponse | None:
@@ -36,18 +31,6 @@ class Scoped:
         return found if found is not None and found.tenant == self.tenant else None
 
     # ---- responses ----------------------------------------------------------------------
-
-    async def open(self) -> None:
-        await self.inner.open()
-
-    async def close(self) -> None:
-        await self.inner.close()
-
-    async def write(self, writes: Writes) -> None:
-        begun = [
-            replace(new, response=replace(new.response, tenant=self.tenant)) for new in writes.begun
-        ]
-        await self.inner.write(replace(writes, begun=begun))
 
     async def get(self, response_id: str) -> StoredResponse | None:
         return await self._mine(response_id)
@@ -84,14 +67,6 @@ class Scoped:
         if await self._mine(response_id) is None:
             return None
         return await self.inner.request_cancel(response_id)
-
-    async def heartbeat(
-        self, owner: str, response_ids: Sequence[str], *, lease_seconds: float
-    ) -> list[str]:
-        return await self.inner.heartbeat(owner, response_ids, lease_seconds=lease_seconds)
-
-    async def fail_orphans(self, *, owner: str | None) -> list[str]:
-        return await self.inner.fail_orphans(owner=owner)
 
     # ---- conversations ------------------------------------------------------------------
 
@@ -143,6 +118,6 @@ class Scoped:
         return await self.inner.delete_conversation_item(conversation_id, item_id)
 
 
-def scoped(store: Store, tenant: str) -> Store:
+def scoped(store: Reads, tenant: str) -> Reads:
     """`store` as `tenant` sees it (without keys, tenant '': what was stored without keys)."""
     return Scoped(store, tenant)

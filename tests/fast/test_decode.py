@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from oars.engines.base import ModelInfo
-from oars.engines.llama import Prepared, _Sequence
+from oars.engines.sequence import Prepared, SequenceDecoder
 from oars.generation import (
     ChatMessage,
     EngineChunk,
@@ -24,7 +24,7 @@ VOCAB = {EOS: b"", 1: b"The answer", 2: b" is 4", 3: b".", 4: b"E", **CONTROL}
 
 @dataclass
 class FakeEngine:
-    """What `_Sequence` uses of `LlamaEngine`."""
+    """What `SequenceDecoder` uses of `LlamaEngine`."""
 
     script: list[int]
     markers: frozenset[int] = frozenset()
@@ -50,7 +50,7 @@ def _decode(engine: FakeEngine, **sampling: object) -> list[EngineChunk]:
     chunks: list[EngineChunk] = []
     params = SamplingParams(**{"temperature": 0.0, **sampling})  # type: ignore[arg-type]
     request = EngineRequest(messages=(ChatMessage("user", "q"),), sampling=params)
-    sequence = _Sequence(engine, Prepared(request, PassThrough(), "q", (1,)), chunks.append)  # type: ignore[arg-type]
+    sequence = SequenceDecoder(engine, Prepared(request, PassThrough(), "q", (1,)), chunks.append)  # type: ignore[arg-type]
     sequence.start(cached=0)
     for token in engine.script:  # each step's logits put the script's token on top
         logits = np.linspace(0.0, 1.0, len(VOCAB), dtype=np.float32)

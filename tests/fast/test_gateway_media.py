@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
-from oars.engines.replicas import ReplicaSet
 from oars.engines.upstream import UpstreamConfig
+from oars.engines.upstream.replicas import ReplicaSet
 from oars.http import create_app
 from oars.service import ResponsesService
 from oars.store import SqlStore

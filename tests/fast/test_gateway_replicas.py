@@ -19,8 +19,8 @@ import pytest
 from openai.types.responses import Response
 from starlette.testclient import TestClient
 
-from oars.engines.replicas import BALANCED, CHAIN, PREFIX, ReplicaSet
-from oars.engines.upstream import UpstreamConfig, replica_name
+from oars.engines.upstream.config import UpstreamConfig, replica_name
+from oars.engines.upstream.replicas import BALANCED, CHAIN, PREFIX, ReplicaSet
 from oars.generation import ChatMessage, EngineRequest, Route
 from oars.http import create_app
 from oars.service import ResponsesService

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from oars.engines.llama import LlamaLog
+from oars.engines.llama_context import LlamaLog
 
 Line = Callable[[int, bytes, Any], None]
 

@@ -269,6 +269,23 @@ def _imported_names(path: Path, module: str) -> set[str]:
     }
 
 
+def test_each_module_of_one_idea_leans_one_way() -> None:
+    """The builder knows tools only as call targets; what a store transaction writes knows
+    nothing of where it runs, nor the lanes of the reads; the gateway's request body and chunk
+    reader are pure, apart from its client."""
+    io = {"aiohttp", "asyncio", "socket", "ssl", "os", "time", "oars.engines.upstream.client"}
+    rules = {
+        "events/builder.py": {"oars.tools"},
+        "events/items.py": {"oars.tools", "oars.events.builder"},
+        "store/transactions.py": {"oars.store.lanes", "oars.store.sql"},
+        "store/lanes.py": {"oars.store.sql"},
+        "engines/upstream/body.py": io,
+        "engines/upstream/chunks.py": io,
+    }
+    for rel, forbidden in rules.items():
+        assert not _imports(PACKAGE / rel) & forbidden, rel
+
+
 def test_one_home_for_what_cuts_across() -> None:
     """The renderer is the turn's alone, and its render is the input's validation (the
     validating walk serves only items no model sees yet: a conversation's added items, a

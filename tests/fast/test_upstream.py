@@ -22,8 +22,11 @@ from oars.engines.upstream import (
     load_upstreams,
     upstream_arg,
 )
-from oars.generation import ChatMessage, EngineRequest, SamplingParams
+from oars.engines.upstream.body import chat_body
+from oars.engines.upstream.chunks import ChunkReader
+from oars.generation import ChatMessage, EngineRequest, FinishReason, SamplingParams
 from oars.http import create_app
+from oars.parsing import SegmentKind
 from oars.service import ResponsesService
 from oars.testing import ScriptedEngine
 from oars.validator import validate_sse
@@ -154,6 +157,24 @@ def test_the_request_becomes_a_streamed_chat_completion(upstream: Replay) -> Non
         7,
     )
     assert (sent["logprobs"], sent["top_logprobs"], sent["reasoning_effort"]) == (True, 2, "low")
+
+
+def test_the_body_is_written_without_a_server() -> None:
+    """`chat_body` is pure: a request's body, defaults left out, efforts past `high` as `high`."""
+    request = EngineRequest(
+        (ChatMessage("user", "Hi"),),
+        SamplingParams(temperature=0.5, seed=3),
+        reasoning_effort="xhigh",
+    )
+    assert chat_body(request, "Qwen/Real-Name") == {
+        "model": "Qwen/Real-Name",
+        "messages": [{"role": "user", "content": "Hi"}],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "temperature": 0.5,
+        "seed": 3,
+        "reasoning_effort": "high",
+    }
 
 
 def test_tool_choice_and_text_format_translate(upstream: Replay) -> None:
@@ -390,6 +411,19 @@ def test_every_recorded_stream_is_replayed_by_a_test() -> None:
         "llama_cpp_python_named_tool",
     }
     assert {p.stem for p in FIXTURES.glob("*.json")} == covered
+
+
+def test_the_reader_reads_a_recorded_stream_without_a_server() -> None:
+    """The chunk reader is pure: interleaved call deltas come out one call after the other,
+    then the reason and the usage, with no connection in between."""
+    reader = ChunkReader()
+    chunks = [c for raw in recorded("interleaved_tools").chunks for c in reader.read(raw)]
+    chunks += reader.finish()
+    starts = [s.name for c in chunks for s in c.segments if s.kind is SegmentKind.CALL_START]
+    assert starts == ["get_weather", "get_time"]
+    last = chunks[-1]
+    assert last.finish is FinishReason.TOOL_CALLS
+    assert last.usage is not None and last.usage.input_tokens == 301
 
 
 def test_calls_and_think_left_in_content_are_parsed_when_asked(upstream: Replay) -> None:

@@ -380,7 +380,7 @@ def test_the_loop_leaves_the_wal_to_the_lanes_thread(tmp_path: Path, monkeypatch
     thread's due, 8 MB of logs leave it past SQLite's own 1,000 pages); the thread's keep it
     near the bound, every row landing; and the transaction after a checkpoint, which starts the
     WAL over and syncs it, runs on the thread."""
-    from oars.store import sql
+    from oars.store import lanes
 
     async def go(count: int) -> int:
         path = tmp_path / f"oars{count}.db"
@@ -391,15 +391,15 @@ def test_the_loop_leaves_the_wal_to_the_lanes_thread(tmp_path: Path, monkeypatch
         finally:
             await store.close()
 
-    monkeypatch.setattr(sql, "_CHECKPOINT_SECONDS", 1e9)
+    monkeypatch.setattr(lanes, "_CHECKPOINT_SECONDS", 1e9)
     assert asyncio.run(go(500)) > 6_000_000
-    monkeypatch.setattr(sql, "_CHECKPOINT_SECONDS", 0.0)
-    monkeypatch.setattr(sql, "_WAL_FRAMES", 100)  # pages: 400 KB of 4 KB ones
+    monkeypatch.setattr(lanes, "_CHECKPOINT_SECONDS", 0.0)
+    monkeypatch.setattr(lanes, "_WAL_FRAMES", 100)  # pages: 400 KB of 4 KB ones
     assert asyncio.run(go(501)) < 2_000_000
 
     async def where() -> list[str]:
-        monkeypatch.setattr(sql, "_CHECKPOINT_SECONDS", 1e9)
-        lane = sql._SqliteLane(f"sqlite:///{tmp_path}/oars500.db")
+        monkeypatch.setattr(lanes, "_CHECKPOINT_SECONDS", 1e9)
+        lane = lanes.SqliteLane(f"sqlite:///{tmp_path}/oars500.db")
         try:
 
             def name(tx: Any) -> str:  # a row written: the WAL has something to checkpoint
@@ -423,11 +423,11 @@ def test_a_reader_that_lasts_holds_no_write_back_for_long(tmp_path: Path, monkey
     """SQLite: a reader that keeps its snapshot (a backup, say) keeps the WAL from starting
     over; the thread's checkpoint then waits for it at most 20 ms, writers held back meanwhile,
     where SQLite's busy timeout would have held them 30 s."""
-    from oars.store import sql
+    from oars.store import lanes
 
-    monkeypatch.setattr(sql, "_CHECKPOINT_SECONDS", 0.0)
-    monkeypatch.setattr(sql, "_WAL_FRAMES", 100)
-    monkeypatch.setattr(sql, "_RESTART_SECONDS", 0.0)  # and tries again each time
+    monkeypatch.setattr(lanes, "_CHECKPOINT_SECONDS", 0.0)
+    monkeypatch.setattr(lanes, "_WAL_FRAMES", 100)
+    monkeypatch.setattr(lanes, "_RESTART_SECONDS", 0.0)  # and tries again each time
 
     async def go() -> None:
         path = tmp_path / "oars.db"

@@ -31,7 +31,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from oars.engines.base import ModelInfo, Opened
-from oars.engines.upstream import Pacing, UpstreamConfig, UpstreamEngine, UpstreamOpened
+from oars.engines.upstream.client import Pacing, UpstreamEngine, UpstreamOpened
+from oars.engines.upstream.config import UpstreamConfig
 from oars.errors import UpstreamError
 from oars.generation import EngineChunk, EngineRequest
 
