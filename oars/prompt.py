@@ -208,6 +208,15 @@ def _text_field(obj: Json, key: str, param: str) -> str:
     return value
 
 
+def _call_id(obj: Json, param: str) -> str | None:
+    """A call's or an output's `call_id`: a string where given (it keys the pairing of calls
+    and outputs)."""
+    value = obj.get("call_id")
+    if value is not None and not isinstance(value, str):
+        raise _fail(f"Invalid '{param}.call_id': expected a string.", f"{param}.call_id")
+    return value
+
+
 def _arguments(text: str) -> Any:
     try:
         return json.loads(text) if text.strip() else {}
@@ -244,18 +253,18 @@ def _message(item: Json, param: str, ctx: Context) -> list[ChatMessage]:
 def _function_call(item: Json, param: str, ctx: Context) -> list[ChatMessage]:
     name = _text_field(item, "name", param)
     arguments = _arguments(_text_field(item, "arguments", param))
-    return [_call(item.get("call_id"), name, arguments)]
+    return [_call(_call_id(item, param), name, arguments)]
 
 
 def _custom_tool_call(item: Json, param: str, ctx: Context) -> list[ChatMessage]:
     name = _text_field(item, "name", param)
-    return [_call(item.get("call_id"), name, {"input": _text_field(item, "input", param)})]
+    return [_call(_call_id(item, param), name, {"input": _text_field(item, "input", param)})]
 
 
 def _tool_output(item: Json, param: str, ctx: Context) -> list[ChatMessage]:
     output = item.get("output")
     text = output if isinstance(output, str) else content_text(output, f"{param}.output")
-    return [ChatMessage(role="tool", content=text, tool_call_id=item.get("call_id"))]
+    return [ChatMessage(role="tool", content=text, tool_call_id=_call_id(item, param))]
 
 
 def _mcp_fields(item: Json, param: str, *keys: str) -> list[str]:

@@ -125,6 +125,23 @@ def test_non_stream_equals_streamed_final() -> None:
             "input[0].type",
         ),
         ({"model": "m", "input": [{"type": {}, "role": "user", "content": "x"}]}, "input[0].type"),
+        (  # a call_id keys the pairing of calls and outputs: a list cannot
+            {
+                "model": "m",
+                "input": [
+                    {"type": "function_call", "call_id": ["c"], "name": "f", "arguments": "{}"},
+                    {"type": "function_call_output", "call_id": ["c"], "output": "o"},
+                ],
+            },
+            "input[0].call_id",
+        ),
+        (
+            {
+                "model": "m",
+                "input": [{"type": "function_call_output", "call_id": {}, "output": "o"}],
+            },
+            "input[0].call_id",
+        ),
         (
             {
                 "model": "m",
