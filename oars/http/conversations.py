@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from oars.errors import InvalidRequest, NotFound
-from oars.http.common import JSON, list_page, page_wire, path_id, read_json, store_of
+from oars.http.common import JSON, list_page, page_wire, path_id, read_json, shared, store_of
 from oars.ids import new_id
 from oars.normalize import canonical_input, check_shape, validate_metadata
 from oars.prompt import validate
@@ -18,7 +18,7 @@ from oars.store import Conversation, Page
 _MAX_ITEMS = 20  # per create or add call, as OpenAI
 
 
-def _items(body: dict[str, Any], *, required: bool) -> tuple[dict[str, Any], ...]:
+def _items(request: Request, body: dict[str, Any], *, required: bool) -> tuple[dict[str, Any], ...]:
     raw = body.get("items")
     if raw is None and not required:
         return ()
@@ -27,7 +27,9 @@ def _items(body: dict[str, Any], *, required: bool) -> tuple[dict[str, Any], ...
             f"Invalid 'items': expected an array of 1 to {_MAX_ITEMS} items.", param="items"
         )
     check_shape(raw, "items")
-    validate(raw, param="items")  # kept before any model renders them: validated now
+    # Kept before any model renders them, so validated now, sealed items opened with the key
+    # every later turn opens them with.
+    validate(raw, shared(request).service.unseal, param="items")
     if any(i.get("type") == "item_reference" for i in raw):
         raise InvalidRequest(
             "Invalid 'items': an item_reference cannot be added to a conversation.", param="items"
@@ -60,7 +62,7 @@ async def create(request: Request) -> Response:
     store = store_of(request)
     body = await _body(request)
     conversation = Conversation(new_id("conv"), int(time.time()), validate_metadata(body))
-    await store.create_conversation(conversation, _items(body, required=False))
+    await store.create_conversation(conversation, _items(request, body, required=False))
     return JSON(conversation.wire())
 
 
@@ -104,7 +106,7 @@ async def list_items(request: Request) -> Response:
 
 async def add_items(request: Request) -> Response:
     conversation_id = path_id(request, "conversation_id")
-    items = _items(await _body(request), required=True)
+    items = _items(request, await _body(request), required=True)
     if not await store_of(request).add_conversation_items(conversation_id, items):
         raise _missing(conversation_id)
     return JSON(page_wire(Page([_wire(i) for i in items], False)))

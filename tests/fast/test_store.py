@@ -378,6 +378,43 @@ def test_retrieve_with_include_encrypted_reasoning(tmp_path: Path) -> None:
     run(f"sqlite:///{tmp_path}/oars.db", test, engine)
 
 
+def test_sealed_reasoning_added_to_a_conversation_is_opened_before_it_is_kept(
+    tmp_path: Path,
+) -> None:
+    """Items added to a conversation are opened with the key every later turn opens them
+    with: a tampered one is a 400 now, not on every turn of the conversation after it."""
+    engine = ScriptedEngine(["<think>", "plan", "</think>", "Done."], family=THINKER)
+
+    async def test(client: Client) -> None:
+        body = {"input": "go", "store": False, "include": ["reasoning.encrypted_content"]}
+        reasoning = (await client.post("/responses", json=body)).json()["output"][0]
+        sealed = reasoning["encrypted_content"]
+        replay = {
+            "type": "reasoning",
+            "id": reasoning["id"],
+            "summary": [],
+            "encrypted_content": sealed,
+        }
+        tampered = {
+            **replay,
+            "encrypted_content": sealed[:-6] + ("A" if sealed[-6] != "A" else "B") + sealed[-5:],
+        }
+        conversation = (await client.post("/conversations", json={})).json()
+        items = f"/conversations/{conversation['id']}/items"
+        added = await client.post(items, json={"items": [tampered]})
+        assert added.status_code == 400, added.text
+        assert added.json()["error"]["param"] == "items[0].encrypted_content"
+        created = await client.post("/conversations", json={"items": [tampered]})
+        assert created.status_code == 400, created.text
+        assert (await client.post(items, json={"items": [replay]})).status_code == 200
+        turn = await client.post(
+            "/responses", json={"conversation": conversation["id"], "input": "more"}
+        )
+        assert turn.status_code == 200, turn.text
+
+    run(f"sqlite:///{tmp_path}/oars.db", test, engine)
+
+
 def test_input_tokens(store_url: str) -> None:
     async def test(client: Client) -> None:
         r = await client.post("/responses/input_tokens", json={"model": "m", "input": "a b c"})
