@@ -120,9 +120,7 @@ class ResponsesService:
     async def open(self) -> None:
         """Start what engines run beside the requests (an upstream's health checks)."""
         for engine in self.engines.values():
-            start = getattr(engine, "start", None)
-            if start is not None:
-                await start()
+            await engine.start()
 
     async def _toolbox(self, turn: Turn) -> Toolbox | None:
         if not turn.request.generate or not (turn.request.servers or turn.approved()):
@@ -159,9 +157,7 @@ class ResponsesService:
     async def aclose(self) -> None:
         """Close what engines hold open (an upstream's pooled connections)."""
         for engine in self.engines.values():
-            close = getattr(engine, "aclose", None)
-            if close is not None:
-                await close()
+            await engine.aclose()
 
 
 class Generation:

@@ -255,6 +255,12 @@ class LlamaEngine:
     def busy(self) -> bool:
         return self.batcher.running > 0
 
+    async def start(self) -> None:
+        """Nothing to start: the engine's threads run from its construction."""
+
+    async def aclose(self) -> None:
+        """Nothing to close: the engine lives as long as the process."""
+
     def _single_tokens(self, texts: frozenset[str]) -> frozenset[int]:
         ids = (self.llm.tokenize(t.encode(), add_bos=False, special=True) for t in texts)
         return frozenset(tokens[0] for tokens in ids if len(tokens) == 1)
