@@ -47,6 +47,7 @@ from oars.generation import (
     Usage,
 )
 from oars.parsing.holdback import split_holdback
+from oars.settings import EngineSettings
 
 log = logging.getLogger("oars.engine")
 
@@ -128,21 +129,19 @@ class LlamaEngine:
     def __init__(
         self,
         path: Path,
+        settings: EngineSettings,
         *,
-        model_id: str | None = None,
-        n_ctx: int = 16384,
-        n_threads: int | None = None,
-        tool_format: str | None = None,
-        guards: bool | None = None,
-        n_gpu_layers: int = 0,
-        flash_attn: bool | None = None,
-        parallel: int | None = None,
-        queue_depth: int = 64,
-        prefill_chunk: int = 256,
-        prefix_folder: Path | None = None,
-        prefix_bytes: int = 2 * 2**30,
-        prefix_min_tokens: int = 1024,
+        gpu_layers: int,
+        prefix_folder: Path | None,
     ) -> None:
+        """`gpu_layers`: as resolved for this build (`devices.gpu_layers`); `prefix_folder`:
+        where long prompts are kept (None: nowhere)."""
+        model_id, n_ctx, n_threads = settings.model_id, settings.context, settings.threads
+        tool_format, guards = settings.tool_format, settings.small_model_guards
+        n_gpu_layers, flash_attn, parallel = gpu_layers, settings.flash_attn, settings.parallel
+        queue_depth, prefill_chunk = settings.queue_depth, settings.prefill_chunk
+        prefix_bytes = settings.prefix_cache_bytes
+        prefix_min_tokens = settings.prefix_cache_min_tokens
         import llama_cpp  # imported here so that the fast test tier never needs it
 
         LlamaLog.install(llama_cpp)
