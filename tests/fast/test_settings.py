@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 from oars.errors import SetupError
-from oars.settings import Flag, Settings, add_flags, flag_rows, flags, from_args
+from oars.flags import Flag, fields
+from oars.settings import Settings, add_flags, flag_rows, from_args
 
-FLAGS = list(flags())
+FLAGS = list(fields(Settings))
 
 
 def _parse(argv: list[str], environ: dict[str, str] | None = None) -> Settings:
