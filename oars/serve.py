@@ -12,7 +12,7 @@ import dataclasses
 import gc
 import socket
 import sys
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -64,11 +64,7 @@ def serve(
     listener: socket.socket | None = None,
 ) -> None:
     """Build the app and serve it: on `--host`/`--port`, or as worker `worker` on `listener`."""
-    import uvicorn
-
     from oars import logs
-    from oars.engines.replicas import ReplicaSet
-    from oars.engines.upstream import Pacing, replica_name
     from oars.http import create_app
     from oars.http.app import default_replica
     from oars.metrics import Metrics
@@ -83,15 +79,7 @@ def serve(
     keys = api_keys(server)  # before the model loads: a refusal comes at once
     gateway = upstreams(settings.upstream)
     tools = mcp(settings.mcp)
-    engines: dict[str, Engine] = {}
-    if settings.engine.model is not None or not gateway:
-        engine = _embedded(settings.engine)
-        engines[engine.info.id] = engine
-    pacing = Pacing(settings.upstream.reads_per_second)  # one for the process: one loop
-    for config in gateway:
-        if config.model in engines:
-            raise SetupError(f"the model {config.model!r} is served twice")
-        engines[config.model] = ReplicaSet(config, pacing)
+    engines = _engines(settings, gateway)
     home = oars_home()
     spec = settings.store.url or str(home / "oars.db")
     store = None if spec == "none" else SqlStore(spec)
@@ -115,19 +103,53 @@ def serve(
         flush=True,
     )
     if not worker:  # the first worker speaks for all
-        for config in gateway:
-            urls = ", ".join(map(replica_name, config.urls))
-            print(f"oars: {config.model} from {urls}", flush=True)
-        for label in sorted(tools.labels):
-            print(f"oars: MCP server {label!r} for requests that name it", flush=True)
-        print(f"oars: {_access(server, keys)}", flush=True)
+        _introduce(gateway, tools, server, keys)
+    _listen(app, server, listener)
+
+
+def _engines(settings: Settings, gateway: list[UpstreamConfig]) -> dict[str, Engine]:
+    """The embedded engine (when `--model` names one, or nothing else is served), then one
+    replica set per upstream model."""
+    from oars.engines.replicas import ReplicaSet
+    from oars.engines.upstream import Pacing
+
+    engines: dict[str, Engine] = {}
+    if settings.engine.model is not None or not gateway:
+        engine = _embedded(settings.engine)
+        engines[engine.info.id] = engine
+    pacing = Pacing(settings.upstream.reads_per_second)  # one for the process: one loop
+    for config in gateway:
+        if config.model in engines:
+            raise SetupError(f"the model {config.model!r} is served twice")
+        engines[config.model] = ReplicaSet(config, pacing)
+    return engines
+
+
+def _introduce(
+    gateway: list[UpstreamConfig], tools: McpConfig, server: ServerSettings, keys: list[str]
+) -> None:
+    from oars.engines.upstream import replica_name
+
+    for config in gateway:
+        urls = ", ".join(map(replica_name, config.urls))
+        print(f"oars: {config.model} from {urls}", flush=True)
+    for label in sorted(tools.labels):
+        print(f"oars: MCP server {label!r} for requests that name it", flush=True)
+    print(f"oars: {_access(server, keys)}", flush=True)
+
+
+def _listen(
+    app: Callable[..., Awaitable[None]], server: ServerSettings, listener: socket.socket | None
+) -> None:
+    import uvicorn
+
     # What is loaded by now (modules, the vocabulary tables) lives as long as the process. A
     # full collection walking it took ~90 ms, a pause of every stream whenever one came.
     gc.collect()
     gc.freeze()
     # logging is set up above: uvicorn adds none of its own, and oars.access logs requests
     # a WebSocket frame may be as large as an HTTP body (a create with a long history)
-    listening = uvicorn.Config(
+    config = uvicorn.Config(
         app,
         host=server.host,
         port=server.port,
@@ -137,7 +159,7 @@ def serve(
         ws_max_size=server.limits.max_body_bytes,
         ws_ping_interval=server.limits.keepalive_seconds,
     )
-    running = uvicorn.Server(listening)
+    running = uvicorn.Server(config)
     with contextlib.suppress(KeyboardInterrupt):
         running.run(sockets=None if listener is None else [listener])
     if not running.started:
