@@ -17,6 +17,7 @@ import time
 
 from oars.engines.llama import LlamaEngine
 from oars.generation import ChatMessage, EngineRequest, SamplingParams
+from oars.settings import EngineSettings
 from oars.weights import pull
 
 WORDS = [
@@ -52,7 +53,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--reps", type=int, default=5)
     args = parser.parse_args()
-    engine = LlamaEngine(pull(), n_ctx=16384, prefix_folder=None)
+    engine = LlamaEngine(pull(), EngineSettings(context=16384), gpu_layers=0, prefix_folder=None)
     time.sleep(5)  # let the start-up warming (grammar tokenizer, vocabulary scan) finish
     times = [asyncio.run(_first_token(engine, seed)) for seed in range(args.reps + 1)]
     later = statistics.median(times[1:])

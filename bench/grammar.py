@@ -135,8 +135,9 @@ def _decode_rate(engine: Any, grammar: bool) -> float:
 
 def _end_to_end(reps: int) -> None:
     from oars.engines.llama import LlamaEngine
+    from oars.settings import EngineSettings
 
-    engine = LlamaEngine(pull(), n_ctx=4096, prefix_folder=None)
+    engine = LlamaEngine(pull(), EngineSettings(context=4096), gpu_layers=0, prefix_folder=None)
     rates: dict[bool, list[float]] = {False: [], True: []}
     _decode_rate(engine, True)  # warm: the grammar tokenizer, the first masks
     for _ in range(reps):

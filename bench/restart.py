@@ -28,6 +28,7 @@ from typing import Any
 from bench.vs_llama_server import _chat
 from oars.engines.llama import LlamaEngine
 from oars.generation import ChatMessage, EngineRequest, SamplingParams
+from oars.settings import EngineSettings
 from oars.weights import pull
 
 
@@ -61,7 +62,9 @@ def _timed(times: dict[str, float], name: str, call: Callable[..., Any]) -> Call
 
 def _phase(phase: str, home: Path, tokens: int) -> dict[str, float]:
     start = time.perf_counter()
-    engine = LlamaEngine(pull(), n_ctx=16384, prefix_folder=home / "prefixes")
+    engine = LlamaEngine(
+        pull(), EngineSettings(context=16384), gpu_layers=0, prefix_folder=home / "prefixes"
+    )
     times = {"engine start": time.perf_counter() - start}
     if phase == "keep":
         times["first send"] = asyncio.run(_first_token(engine, _request(tokens, "Hello.")))

@@ -33,6 +33,7 @@ from oars.generation import ChatMessage, EngineRequest, OutputFormat, SamplingPa
 from oars.http.sse import encode
 from oars.normalize import normalize
 from oars.service import ResponsesService
+from oars.settings import EngineSettings
 from oars.testing import ScriptedEngine
 from oars.turn import Turn
 from oars.weights import DEFAULT_MODEL, pull
@@ -192,7 +193,12 @@ def main() -> None:
         from pathlib import Path
 
         _wait_ready(base, server, Path("/dev/null"))
-        engine = LlamaEngine(path, model_id=DEFAULT_MODEL.name)
+        engine = LlamaEngine(
+            path,
+            EngineSettings(model_id=DEFAULT_MODEL.name),
+            gpu_layers=0,
+            prefix_folder=None,
+        )
         raw_runs, http_runs = [], []
         asyncio.run(_raw(engine, -1, 8))  # warm-up both
         _http(base, -1, 8)

@@ -130,10 +130,10 @@ class Runs:
         store: Store | None,
         *,
         replica: str,
-        lease_seconds: float = 10.0,
+        lease_seconds: float,
         metrics: Metrics | None = None,
-        concurrent_per_key: int | None = None,
-        request_timeout: float | None = None,
+        concurrent_per_key: int | None,
+        request_timeout: float | None,
     ) -> None:
         self.service, self.store, self.replica = service, store, replica
         self.concurrent_per_key, self.request_timeout = concurrent_per_key, request_timeout

@@ -111,9 +111,7 @@ class ResponsesService:
     async def open(self) -> None:
         """Start what engines run beside the requests (an upstream's health checks)."""
         for engine in self.engines.values():
-            start = getattr(engine, "start", None)
-            if start is not None:
-                await start()
+            await engine.start()
 
     async def _toolbox(self, turn: Turn) -> ServerToolbox | None:
         if not turn.request.generate or not (turn.request.servers or turn.approved()):
@@ -154,9 +152,7 @@ class ResponsesService:
     async def aclose(self) -> None:
         """Close what engines hold open (an upstream's pooled connections)."""
         for engine in self.engines.values():
-            close = getattr(engine, "aclose", None)
-            if close is not None:
-                await close()
+            await engine.aclose()
 
 
 class Generation:

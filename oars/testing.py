@@ -72,6 +72,12 @@ class ScriptedEngine:
     async def count_tokens(self, request: EngineRequest) -> int:
         return len(self.prepare(request).prompt_tokens)
 
+    async def start(self) -> None:
+        """Nothing runs beside its requests."""
+
+    async def aclose(self) -> None:
+        """Nothing is held open."""
+
     async def generate(self, opened: Opened) -> AsyncIterator[EngineChunk]:
         assert isinstance(opened, Prepared)
         prepared = opened

@@ -18,6 +18,7 @@ import uvicorn
 from oars.families import THINK_TAGS, Hermes
 from oars.http import create_app
 from oars.service import ResponsesService
+from oars.settings import ServerSettings
 from oars.testing import ScriptedEngine
 
 
@@ -47,8 +48,7 @@ def main() -> None:
     app = create_app(
         ResponsesService(engine, toolboxes=toolboxes),
         SqlStore(args.store),
-        replica=args.replica,
-        lease_seconds=args.lease,
+        settings=ServerSettings(replica=args.replica, lease_seconds=args.lease),
     )
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
 

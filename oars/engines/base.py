@@ -56,3 +56,12 @@ class Engine(Protocol):
     async def count_tokens(self, request: EngineRequest) -> int:
         """The input tokens the request's prompt takes."""
         ...
+
+    async def start(self) -> None:
+        """Start what runs beside the requests (an upstream's health checks), once the
+        server's event loop runs."""
+        ...
+
+    async def aclose(self) -> None:
+        """Close what it holds open (an upstream's pooled connections) as the server stops."""
+        ...

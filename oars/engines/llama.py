@@ -36,6 +36,7 @@ from oars.families import Constraint, family_of
 from oars.families.detect import parameters
 from oars.families.hermes import BARE_CALL_OPENINGS
 from oars.generation import EngineChunk, EngineRequest
+from oars.settings import EngineSettings
 
 log = logging.getLogger("oars.engine")
 
@@ -54,21 +55,19 @@ class LlamaEngine:
     def __init__(
         self,
         path: Path,
+        settings: EngineSettings,
         *,
-        model_id: str | None = None,
-        n_ctx: int = 16384,
-        n_threads: int | None = None,
-        tool_format: str | None = None,
-        guards: bool | None = None,
-        n_gpu_layers: int = 0,
-        flash_attn: bool | None = None,
-        parallel: int | None = None,
-        queue_depth: int = 64,
-        prefill_chunk: int = 256,
-        prefix_folder: Path | None = None,
-        prefix_bytes: int = 2 * 2**30,
-        prefix_min_tokens: int = 1024,
+        gpu_layers: int,
+        prefix_folder: Path | None,
     ) -> None:
+        """`gpu_layers`: as resolved for this build (`devices.gpu_layers`); `prefix_folder`:
+        where long prompts are kept (None: nowhere)."""
+        model_id, n_ctx, n_threads = settings.model_id, settings.context, settings.threads
+        tool_format, guards = settings.tool_format, settings.small_model_guards
+        n_gpu_layers, flash_attn, parallel = gpu_layers, settings.flash_attn, settings.parallel
+        queue_depth, prefill_chunk = settings.queue_depth, settings.prefill_chunk
+        prefix_bytes = settings.prefix_cache_bytes
+        prefix_min_tokens = settings.prefix_cache_min_tokens
         import llama_cpp  # imported here so that the fast test tier never needs it
 
         LlamaLog.install(llama_cpp)
@@ -180,6 +179,12 @@ class LlamaEngine:
     @property
     def busy(self) -> bool:
         return self.batcher.running > 0
+
+    async def start(self) -> None:
+        """Nothing to start: the engine's threads run from its construction."""
+
+    async def aclose(self) -> None:
+        """Nothing to close: the engine lives as long as the process."""
 
     def _single_tokens(self, texts: frozenset[str]) -> frozenset[int]:
         ids = (self.llm.tokenize(t.encode(), add_bos=False, special=True) for t in texts)

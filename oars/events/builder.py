@@ -525,5 +525,3 @@ _CALL_STEPS: dict[SegmentKind, Callable[[ResponseBuilder, Segment], list[Event]]
     SegmentKind.CALL_ARGS: ResponseBuilder._call_args,
     SegmentKind.CALL_END: ResponseBuilder._call_end,
 }
-
-

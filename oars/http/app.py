@@ -25,14 +25,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from oars import api, logs
-from oars.engines.upstream import ReplicaSet, UpstreamEngine
 from oars.errors import ClientError, EngineError, StoreUnavailable
 from oars.http import conversations, pages, responses, websocket
-from oars.http.common import DEFAULT_LIMITS, JSON, Limits, Shared, error, shared
+from oars.http.common import JSON, Shared, error, shared
 from oars.http.openapi import Endpoint, Param, docs_page, document_bytes
 from oars.metrics import Metrics, timed_store
 from oars.runs import Runs
 from oars.service import ResponsesService
+from oars.settings import ServerSettings
 from oars.store import Store
 
 log = logging.getLogger("oars.http")
@@ -317,37 +317,26 @@ def create_app(
     service: ResponsesService,
     store: Store | None = None,
     *,
-    replica: str | None = None,
-    lease_seconds: float = 10.0,
-    limits: Limits = DEFAULT_LIMITS,
-    api_keys: Sequence[str] = (),
-    public: Sequence[str] = ("/health", "/metrics"),
+    settings: ServerSettings | None = None,
+    metrics: Metrics | None = None,
 ) -> Starlette:
-    """`store` None: nothing is kept (`store` is echoed false; stored-state endpoints 404)."""
-    metrics = Metrics()
+    """`store` None: nothing is kept (`store` is echoed false; stored-state endpoints 404).
+    `settings` None: every field's default, and a replica name of its own. `metrics`: where
+    the engines already report (`oars.serve.observe`), or None for a fresh registry."""
+    settings = settings or ServerSettings()
+    limits = settings.limits
+    metrics = metrics or Metrics()
     store = timed_store(store, metrics) if store is not None else None
     runs = Runs(
         service,
         store,
-        replica=replica or default_replica(),
-        lease_seconds=lease_seconds,
+        replica=settings.replica or default_replica(),
+        lease_seconds=settings.lease_seconds,
         metrics=metrics,
         concurrent_per_key=limits.concurrent_per_key,
-        request_timeout=limits.request_timeout,
+        request_timeout=limits.request_timeout or None,
     )
     metrics.load = runs.load
-    for engine in service.engines.values():
-        if isinstance(engine, UpstreamEngine):
-            engine.observe = metrics.upstream_reply
-        elif isinstance(engine, ReplicaSet):
-            engine.watch(metrics.upstream_reply)
-            engine.observe = metrics.upstream_event
-    metrics.replicas = lambda: {
-        (engine.info.id, r.name): (r.in_flight, r.healthy)
-        for engine in service.engines.values()
-        if isinstance(engine, ReplicaSet)
-        for r in engine.replicas
-    }
     if service.toolboxes is not None:
         service.toolboxes.observe = metrics.mcp_call
 
@@ -372,8 +361,9 @@ def create_app(
     }
     app = Starlette(routes=[*ROUTES, *SOCKETS], exception_handlers=handlers, lifespan=lifespan)  # type: ignore[arg-type]
     app.state.oars = Shared(service, int(time.time()), metrics, limits, runs)
-    if api_keys:
-        app.add_middleware(Auth, keys=api_keys, public=frozenset(public) | _PAGES)
+    if settings.api_keys:
+        public = frozenset(f"/{name}" for name in settings.public)
+        app.add_middleware(Auth, keys=settings.api_keys, public=public | _PAGES)
     app.add_middleware(Observed, metrics=metrics)
     return app
 

@@ -16,23 +16,9 @@ from oars.metrics import Metrics
 from oars.normalize import ResponseRequest, normalize
 from oars.runs import Runs, Tenant
 from oars.service import ResponsesService
+from oars.settings import Limits
 from oars.store import Page, Reads
 from oars.turn import Turn
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What one request may ask for and take; past each, a 4xx (or 429) before any work."""
-
-    max_body_bytes: int = 64 * 2**20  # 413 past it
-    body_seconds: float = 60.0  # to send the body (408 past it)
-    max_output_tokens: int | None = None  # 400 above it; the default limit when none is asked
-    concurrent_per_key: int | None = None  # unfinished responses per key (429 past it)
-    request_timeout: float | None = 1800.0  # a generation's wall time (then it fails)
-    keepalive_seconds: float = 15.0  # a silent stream gets an SSE comment (a socket, a ping)
-
-
-DEFAULT_LIMITS = Limits()
 
 
 @dataclass

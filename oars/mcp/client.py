@@ -34,6 +34,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from oars.mcp.guard import PinnedTransport, Reach, Refused
+from oars.mcp.limits import Limits
 
 log = logging.getLogger("oars.mcp")
 
@@ -41,16 +42,6 @@ Json = dict[str, Any]
 _MAX_PAGES = 20  # of a tool listing
 _CLOSE_SECONDS = 5.0
 SSE_IDLE_SECONDS = 3600.0  # an SSE session waits for the model's next call, which may be slow
-
-
-@dataclass(frozen=True)
-class Limits:
-    """How long a server may take, and how much of a result the model gets."""
-
-    connect_seconds: float = 10.0
-    list_seconds: float = 30.0
-    call_seconds: float = 60.0
-    max_output_chars: int = 65_536
 
 
 @dataclass(frozen=True)

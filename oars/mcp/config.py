@@ -24,8 +24,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from oars.errors import InvalidRequest
-from oars.mcp.client import Endpoint, Limits
+from oars.mcp.client import Endpoint
 from oars.mcp.guard import Reach, Refused
+from oars.mcp.limits import Limits
 from oars.mcp.servers import LABEL, McpServer
 
 MAX_ROUNDS = 10  # generations in one response, at most, when server-side tools run

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from oars.cli import _model_file, main
+from oars.cli import main
 from oars.download import pull_url, source
 from oars.errors import SetupError
+from oars.serve import model_file
 
 DATA = os.urandom(3 * 2**20 + 12345)
 SHA = hashlib.sha256(DATA).hexdigest()
@@ -99,9 +100,9 @@ def test_pull_a_url_then_list_and_serve_it_by_name(
     assert main(["models"]) == 0
     listed = capsys.readouterr().out
     assert listed.startswith("x ") and str(path) in listed and "3.0 MiB" in listed
-    assert _model_file("x") == path == _model_file("X.gguf")
+    assert model_file("x") == path == model_file("X.gguf")
     with pytest.raises(SetupError, match="cached: x"):
-        _model_file("nothing-like-it")
+        model_file("nothing-like-it")
 
 
 def test_a_cut_download_resumes_where_it_stopped(files: tuple[Files, str], tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import httpx
 
 from oars.http import create_app
 from oars.service import ResponsesService
+from oars.settings import ServerSettings
 from oars.store import SqlStore
 from oars.testing import ScriptedEngine
 from oars.validator import validate_sse
@@ -35,7 +36,8 @@ def test_the_database_crashing_mid_stream_ends_the_stream_and_leaves_nothing_hal
     try:
         url = new_database(pg.url)
         engine = ScriptedEngine([f"w{i} " for i in range(300)], delay=0.02)
-        app = create_app(ResponsesService(engine), SqlStore(url), lease_seconds=1.0)
+        settings = ServerSettings(lease_seconds=1.0)
+        app = create_app(ResponsesService(engine), SqlStore(url), settings=settings)
         with serving(app) as base:
             body = {"model": "m", "input": "x", "stream": True}
             with httpx.stream("POST", f"{base}/v1/responses", json=body, timeout=60) as r:

@@ -11,9 +11,9 @@ import httpx
 import pytest
 
 from oars.http import create_app
-from oars.http.common import Limits
 from oars.normalize import MAX_INPUT_ITEMS, MAX_TOOLS
 from oars.service import ResponsesService
+from oars.settings import Limits, ServerSettings
 from oars.store import SqlStore
 from oars.testing import ScriptedEngine
 from oars.tools import MAX_GRAMMAR
@@ -30,7 +30,9 @@ def _send(
     store: SqlStore | None = None,
 ) -> httpx.Response:
     app = create_app(
-        ResponsesService(ScriptedEngine()), store, limits=Limits(max_body_bytes=max_body_bytes)
+        ResponsesService(ScriptedEngine()),
+        store,
+        settings=ServerSettings(limits=Limits(max_body_bytes=max_body_bytes)),
     )
 
     async def go() -> httpx.Response:
@@ -216,7 +218,8 @@ def test_a_body_over_the_limit_is_a_413_read_no_further() -> None:
     declared = _error(_send(raw, max_body_bytes=limit), 413)
     assert declared["code"] == "request_too_large" and str(limit) in declared["message"]
 
-    app = create_app(ResponsesService(ScriptedEngine()), limits=Limits(max_body_bytes=limit))
+    limits = Limits(max_body_bytes=limit)
+    app = create_app(ResponsesService(ScriptedEngine()), settings=ServerSettings(limits=limits))
     sent = 0
 
     async def chunks() -> Any:  # no content-length: the body is counted as it comes

@@ -4,6 +4,7 @@ SQLite file and a real PostgreSQL); the schema upgrade that added owners keeps o
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from sqlalchemy import text
 from oars.cli import main
 from oars.http import create_app
 from oars.service import ResponsesService
+from oars.settings import ServerSettings
 from oars.store import SqlStore
 from oars.testing import ScriptedEngine
 
@@ -28,8 +30,7 @@ async def _calls(url: str | None, body: Any, **kw: Any) -> Any:
     app = create_app(
         ResponsesService(ScriptedEngine(delay=0.001)),
         SqlStore(url) if url else None,
-        api_keys=[A, B],
-        **kw,
+        settings=ServerSettings(api_keys=(A, B), **kw),
     )
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
@@ -205,8 +206,10 @@ def test_serving_beyond_loopback_needs_keys(
     keys.write_text("# team keys\n\nkey-one  # ops\n")
     assert main([*argv, "--api-keys", str(tmp_path / "missing")]) == 1
     assert "--api-keys" in capsys.readouterr().err
-    from oars.cli import _api_keys, _parser
+    from oars.cli import _parser
+    from oars.serve import api_keys
+    from oars.settings import from_args
 
     args = _parser().parse_args([*argv, "--api-keys", str(keys), "--api-key", "k2"])
     monkeypatch.setenv("OARS_API_KEYS", "k3, k4")
-    assert _api_keys(args) == ["k2", "k3", "k4", "key-one"]
+    assert api_keys(from_args(args, os.environ).server) == ["k2", "k3", "k4", "key-one"]

@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 
 from oars.http import create_app
-from oars.http.common import Limits
 from oars.service import ResponsesService
+from oars.settings import Limits, ServerSettings
 from oars.testing import ScriptedEngine
 from oars.validator import validate_sse
 
@@ -19,7 +19,9 @@ KEY_A, KEY_B = {"authorization": "Bearer a"}, {"authorization": "Bearer b"}
 
 
 async def _with(limits: Limits, engine: ScriptedEngine, body: Any) -> Any:
-    app = create_app(ResponsesService(engine), limits=limits, api_keys=["a", "b"])
+    app = create_app(
+        ResponsesService(engine), settings=ServerSettings(api_keys=("a", "b"), limits=limits)
+    )
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://t", timeout=30) as c:
         return await body(c)
@@ -100,7 +102,8 @@ def test_a_silent_stream_gets_keep_alive_comments_and_stays_valid() -> None:
     """A long prefill is silent: past `keepalive_seconds` without an event, the stream gets an
     SSE comment, which clients skip."""
     engine = ScriptedEngine(["slow", " answer"], delay=0.5)
-    app = create_app(ResponsesService(engine), limits=Limits(keepalive_seconds=0.15))
+    limits = Limits(keepalive_seconds=0.15)
+    app = create_app(ResponsesService(engine), settings=ServerSettings(limits=limits))
 
     async def go() -> str:
         transport = httpx.ASGITransport(app=app)

@@ -769,6 +769,8 @@ def test_the_first_chunk_may_take_longer_than_the_idle_timeout(upstream: Replay)
 
 
 def test_upstream_latency_and_faults_are_in_the_metrics(upstream: Replay) -> None:
+    from oars.metrics import Metrics
+    from oars.serve import observe
     from tests.fast.test_operator import scrape, value
 
     upstream.play(Scenario(text_stream(["Hi", " there"]).chunks))
@@ -776,7 +778,9 @@ def test_upstream_latency_and_faults_are_in_the_metrics(upstream: Replay) -> Non
     down = UpstreamEngine(UpstreamConfig("down", dead))
     engines: dict[str, Engine] = {"up": _engine(upstream.url), "down": down}
     service = ResponsesService(engines, strict_models=True)
-    app = create_app(service)
+    metrics = Metrics()
+    observe(metrics, engines)  # as `oars serve` wires its engines
+    app = create_app(service, metrics=metrics)
 
     async def go() -> str:
         transport = httpx.ASGITransport(app=app)

@@ -17,6 +17,7 @@ from oars.http import create_app
 from oars.http.common import Shared
 from oars.sealing import Sealer
 from oars.service import ResponsesService
+from oars.settings import ServerSettings
 from oars.store import SqlStore
 from oars.testing import ScriptedEngine
 from oars.validator import validate_events
@@ -209,7 +210,7 @@ def test_closing_the_socket_stops_its_generation() -> None:
 
 
 def test_a_socket_needs_the_key_when_the_server_has_keys() -> None:
-    with _client(api_keys=["k1"]) as client:
+    with _client(settings=ServerSettings(api_keys=("k1",))) as client:
         with (
             pytest.raises(WebSocketDenialResponse) as denied,
             client.websocket_connect("/v1/responses"),

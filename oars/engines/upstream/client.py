@@ -149,6 +149,9 @@ class UpstreamEngine:
     def _url(self, path: str) -> str:
         return self.name + path  # the URL without credentials (they go as a header)
 
+    async def start(self) -> None:
+        """Nothing runs beside its requests (a `ReplicaSet` checks health)."""
+
     async def aclose(self) -> None:
         if self._session is not None and self._loop is asyncio.get_running_loop():
             await self._session.close()
