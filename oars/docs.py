@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from oars import cli
+from oars import cli, settings
 from oars.http.app import ENDPOINTS
 from oars.http.openapi import Param
 
@@ -156,6 +156,17 @@ def parser_rows(command: str, sub: argparse.ArgumentParser) -> Iterator[Row]:
         yield _usage(action), names, _default(action.default), text
 
 
+def serve_rows(sub: argparse.ArgumentParser) -> Iterator[Row]:
+    """`oars serve`'s rows: each option as its parser spells it, with its default and variable
+    from the settings (the parser has no defaults of its own)."""
+    known = {
+        flag: (variable, default, text) for flag, variable, default, text in settings.flag_rows()
+    }
+    for action in _options(sub):
+        variable, default, text = known[action.option_strings[0]]
+        yield _usage(action), variable, default, text
+
+
 def _table(rows: Iterable[Row]) -> list[str]:
     lines = ["| option | default | variable | what it sets |", "|---|---|---|---|"]
     for option, variables, default, text in rows:
@@ -178,7 +189,7 @@ def flag_tables() -> str:
     parts: list[str] = []
     for name, summary, sub in _subcommands(_parsed({})[0]):
         parts += [f"### `oars {name}`", "", f"{summary[:1].upper()}{summary[1:]}.", ""]
-        rows = list(parser_rows(name, sub))
+        rows = list(serve_rows(sub) if name == "serve" else parser_rows(name, sub))
         parts += [*_table(rows), ""] if rows else ["No options.", ""]
     return "\n".join(parts).rstrip("\n")
 
