@@ -11,7 +11,7 @@ from typing import Any
 
 from bench.clients import RESPONSES, Endpoint
 from bench.servers import Row, Server, alternate, thread_cpu
-from bench.vs_llama_server import Step
+from bench.steps import Step
 
 
 def _endpoint(name: str) -> Endpoint:

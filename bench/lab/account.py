@@ -22,7 +22,8 @@ from bench.clients import Endpoint
 from bench.lab import passes
 from bench.prompts import counting
 from bench.servers import alternate, columns
-from bench.vs_llama_server import Endpoints, parser, running, setup_of
+from bench.steps import Endpoints
+from bench.vs_llama_server import parser, running, setup_of
 
 
 def account(endpoints: Endpoints, reps: int, loads: list[tuple[int, int]]) -> str:

@@ -10,7 +10,7 @@ import ast
 import contextlib
 import functools
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -97,40 +97,36 @@ def _private_uses(tree: ast.Module) -> Iterator[str]:
                 yield f"{aliases[head]}.{rest}"
 
 
-def test_no_test_imports_or_runs_the_bench() -> None:
-    found = [
-        f"{path.relative_to(ROOT)}: {module}"
-        for path, tree in _trees("tests")
+def _importers(folder: str, package: str) -> list[str]:
+    """Where a module of `folder` imports `package` or one of its modules."""
+    return [
+        f"{path.relative_to(ROOT)}: imports {module}"
+        for path, tree in _trees(folder)
         for module, _ in _imports(tree)
-        if module.split(".")[0] == "bench"
+        if module.split(".")[0] == package
     ]
-    found += [
-        f"{path.relative_to(ROOT)}: runs {node.value}"
-        for path, tree in _trees("tests")
+
+
+def _namers(folder: str, names: Callable[[str], object]) -> list[str]:
+    """Where a module of `folder` has a string that `names` (a module run with `python -m`,
+    a path)."""
+    return [
+        f"{path.relative_to(ROOT)}: names {node.value!r}"
+        for path, tree in _trees(folder)
         for node in ast.walk(tree)
-        if isinstance(node, ast.Constant)
-        and isinstance(node.value, str)
-        and BENCH_MODULE.match(node.value)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and names(node.value)
     ]
-    assert found == []
+
+
+def test_no_test_imports_or_runs_the_bench() -> None:
+    assert _importers("tests", "bench") + _namers("tests", BENCH_MODULE.match) == []
 
 
 def test_no_bench_imports_or_runs_the_tests() -> None:
-    found = [
-        f"{path.relative_to(ROOT)}: {module}"
-        for path, tree in _trees("bench")
-        for module, _ in _imports(tree)
-        if module.split(".")[0] == "tests"
-    ]
-    found += [
-        f"{path.relative_to(ROOT)}: names {node.value!r}"
-        for path, tree in _trees("bench")
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Constant)
-        and isinstance(node.value, str)
-        and (TESTS_MODULE.match(node.value) or node.value.startswith("tests/"))
-    ]
-    assert found == []
+    def names(text: str) -> bool:
+        return bool(TESTS_MODULE.match(text)) or text.startswith("tests/")
+
+    assert _importers("bench", "tests") + _namers("bench", names) == []
 
 
 def test_no_bench_reaches_a_private_name_of_oars() -> None:
