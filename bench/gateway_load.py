@@ -227,6 +227,7 @@ def _oars(folder: Path, upstream: int, workers: int, plain: bool, checkout: Path
     return Server(
         "oars",
         lambda port: [sys.executable, "-c", start, "serve", "--port", str(port), *args],
+        folder / "oars.log",
         cwd=checkout,
     )
 

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import tempfile
 import time
@@ -61,6 +62,7 @@ def _cases() -> list[tuple[str, bytes]]:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n")[0]).parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         store = ["--store", f"sqlite:///{tmp}/oars.db"]
         with Server("oars", lambda port: oars_serve(port, *store), Path(tmp) / "log") as server:
