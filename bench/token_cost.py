@@ -15,6 +15,8 @@ token the event loop thread's CPU ms, the engine thread's time between two forwa
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib
 import itertools
 import json
 import os
@@ -32,7 +34,6 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from oars import cli
-from oars.engines import llama
 from oars.weights import pull
 
 CLIENT = """
@@ -46,12 +47,22 @@ with httpx.stream("POST", f"http://127.0.0.1:{port}/v1/responses", json=body, ti
 """
 
 
+def _context_class() -> Any:
+    """`LlamaContext`, where the checkout run keeps it (`oars.engines.llama_context` since
+    `engines/llama.py` was split, `oars.engines.llama` before)."""
+    for module in ("oars.engines.llama_context", "oars.engines.llama"):
+        with contextlib.suppress(ImportError):
+            return importlib.import_module(module).LlamaContext
+    raise SystemExit("no LlamaContext in this checkout's oars")
+
+
 class Passes:
     """Wall times around every llama_decode of the server's context."""
 
     def __init__(self) -> None:
         self.marks: list[tuple[float, float]] = []  # (entered, returned)
-        real = llama.LlamaContext.decode
+        context = _context_class()
+        real = context.decode
         marks = self.marks
 
         def decode(context: Any, feeds: Any) -> None:
@@ -61,7 +72,7 @@ class Passes:
             finally:
                 marks.append((entered, time.perf_counter()))
 
-        llama.LlamaContext.decode = decode  # type: ignore[method-assign,assignment]
+        context.decode = decode
 
     def gaps(self) -> list[float]:
         """Returned → next entered, within a busy stretch (not idle waits)."""
