@@ -46,15 +46,19 @@ lint: $(VENV)/.installed-test
 	$(BIN)/mypy oars tests
 	$(BIN)/deptry .
 
-bench: $(VENV)/.installed-test
+# BENCH_ARGS: flags for `python -m bench.run` (e.g. BENCH_ARGS="--only foundation,gateway").
+BENCH_ARGS ?=
+
+bench: $(VENV)/.installed-test  ## the targets table, each figure against a reference run beside it (docs/benchmarks.md)
 	$(BIN)/oars pull
-	$(BIN)/python -m bench.run
+	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
 pull: $(VENV)/.installed-serve
 	$(BIN)/oars pull
 
-# llama.cpp's own server and bench, the references of bench/vs_llama_server.py and bench/serving.py
-# (CI does not build them): from the llama.cpp vendored in the sdist of the llama-cpp-python that
+# llama.cpp's own server, the reference of bench/vs_llama_server.py and of `make bench`'s
+# llama-server targets, and its llama-bench, its own decode loop for a look beneath both (CI does
+# not build them): from the llama.cpp vendored in the sdist of the llama-cpp-python that
 # is installed, so all run the same kernels, and with the flags pip built that wheel with (Release,
 # -march=native, OpenMP).
 # No curl, no OpenSSL, no web UI: nothing is fetched at build time. About 7 minutes on 2 cores.

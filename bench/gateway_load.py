@@ -49,11 +49,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import free_port
-from tests.model.conftest import _wait_ready
+from bench.servers import Server, free_port, median
 
 UPSTREAM = r"""
 import asyncio, json, sys
@@ -200,13 +201,35 @@ general_settings:
 """
 
 
-def _start_litellm(folder: str, up_port: int, port: int) -> subprocess.Popen[bytes]:
-    Path(folder, "litellm.yaml").write_text(LITELLM_CONFIG.format(port=up_port))
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env.update(LITELLM_LOCAL_MODEL_COST_MAP="True", LITELLM_LOG="WARNING")
-    cmd = [str(LITELLM), "--config", "litellm.yaml", "--host", "127.0.0.1", "--port", str(port)]
-    with open(Path(folder, "litellm.log"), "wb") as log:
-        return subprocess.Popen(cmd, cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT)
+def _litellm(folder: Path, upstream: int) -> Server:
+    """LiteLLM's proxy in front of the upstream, from its own venv, in `folder` (so that it
+    reads no `.env` of the checkout)."""
+    (folder / "litellm.yaml").write_text(LITELLM_CONFIG.format(port=upstream))
+    config = [str(LITELLM), "--config", "litellm.yaml", "--host", "127.0.0.1"]
+    return Server(
+        "litellm",
+        lambda port: [*config, "--port", str(port)],
+        folder / "litellm.log",
+        env={"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "WARNING"},
+        unset=("PYTHONPATH", "VIRTUAL_ENV"),  # its own venv's interpreter and packages
+        ready="/health/liveliness",
+        cwd=folder,
+    )
+
+
+def _oars(folder: Path, upstream: int, workers: int, plain: bool, checkout: Path) -> Server:
+    """`oars serve` (from `checkout`) in front of the upstream, with its store in `folder`."""
+    block = "import sys; sys.modules.update(uvloop=None, httptools=None, orjson=None); "
+    start = (block if plain else "") + "from oars.cli import main; main()"
+    args = ["--log-level", "warning", "--store", f"{folder}/oars.db"]
+    args += ["--upstream", f"m=http://127.0.0.1:{upstream}/v1"]
+    args += ["--workers", str(workers)] if workers > 1 else []
+    return Server(
+        "oars",
+        lambda port: [sys.executable, "-c", start, "serve", "--port", str(port), *args],
+        folder / "oars.log",
+        cwd=checkout,
+    )
 
 
 def _round(
@@ -222,8 +245,167 @@ def _round(
     return dict(json.loads(out.stdout))
 
 
+@dataclass(frozen=True)
+class Load:
+    """What the rounds ask: `streams` at once at `rate` chunks a second each (0: unpaced),
+    `tokens` a stream, `reps` rounds on each path after a warm-up."""
+
+    streams: Sequence[int] = (1, 32, 64)
+    rates: Sequence[float] = (0.0, 160.0)
+    tokens: int = 400
+    reps: int = 3
+    workers: int = 1
+    plain: bool = False
+    checkout: Path = Path(".")
+    litellm: bool = False
+
+
+@dataclass(frozen=True)
+class Way:
+    """One way to the upstream's tokens: a port, a request, and the processes whose CPU counts."""
+
+    port: int
+    path: str
+    body: dict[str, object]
+    pids: list[int]
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One path at one rate and load, over all its rounds."""
+
+    rate: float
+    streams: int
+    path: str
+    tokens_per_s: list[float]  # a round each, sorted
+    ratio: float  # the median's, to direct's median
+    ttft_p50: float  # seconds, every stream of every round
+    ttft_p99: float
+    added_p50: float  # over direct's
+    added_p99: float
+    cpu_us: float  # the proxy's CPU a token (nan for direct)
+    counts: list[int]  # tokens each stream delivered
+    asked: int  # tokens each stream asked for
+
+    @property
+    def off(self) -> int:
+        """Streams that delivered other than the tokens asked."""
+        return sum(c != self.asked for c in self.counts)
+
+
+def run(load: Load) -> list[Figure]:
+    """Every round of `load`: direct, oars with `store: false` then `store: true` (then
+    LiteLLM), in turn."""
+    if load.litellm and not LITELLM.exists():
+        sys.exit(f"--litellm: {LITELLM} is missing; run `make litellm` first")
+    up_port = free_port()
+    folder = Path(tempfile.mkdtemp(prefix="oars-bench-"))
+    upstream = subprocess.Popen([sys.executable, "-c", UPSTREAM, str(up_port)])
+    oars = _oars(folder, up_port, load.workers, load.plain, load.checkout)
+    litellm = _litellm(folder, up_port) if load.litellm else None
+    figures: list[Figure] = []
+    try:
+        oars.start()
+        if litellm:
+            litellm.start()
+        for rate in load.rates:
+            for n in load.streams:
+                paths = _paths(up_port, oars, litellm, rate, load.tokens)
+                figures += _summary(rate, n, load.tokens, _rounds(paths, rate, n, load))
+    finally:
+        oars.stop()
+        if litellm:
+            litellm.stop()
+        upstream.terminate()
+    return figures
+
+
+def _paths(
+    up_port: int, oars: Server, litellm: Server | None, rate: float, tokens: int
+) -> dict[str, Way]:
+    seed = int(rate * 1000) or None  # the upstream's pace, as it reads it
+    direct: dict[str, object] = {"model": "m", "stream": True}
+    direct.update(messages=[{"role": "user", "content": "x"}], max_tokens=tokens, seed=seed)
+    responses: dict[str, object] = {"model": "m", "input": "x", "stream": True}
+    responses.update(temperature=0, top_p=1, seed=seed, max_output_tokens=tokens)
+    oars_pids = _tree(oars.pid)
+    paths = {
+        "direct": Way(up_port, "/v1/chat/completions", direct, []),
+        "store off": Way(oars.port, "/v1/responses", {**responses, "store": False}, oars_pids),
+        "store on": Way(oars.port, "/v1/responses", {**responses, "store": True}, oars_pids),
+    }
+    if litellm:
+        body = {**responses, "store": False}
+        paths["litellm"] = Way(litellm.port, "/v1/responses", body, _tree(litellm.pid))
+    return paths
+
+
+def _rounds(
+    paths: dict[str, Way], rate: float, n: int, load: Load
+) -> dict[str, list[dict[str, Any]]]:
+    results: dict[str, list[dict[str, Any]]] = {k: [] for k in paths}
+    # paced: `n` users, arriving over one stream's length, two streams each
+    stagger, each = (load.tokens / rate, 2) if rate else (0.0, 1)
+    for rep in range(load.reps + 1):  # the first round warms up
+        for name, way in paths.items():
+            before = sum(_cpu(p) for p in way.pids)
+            result = _round(way.port, way.path, way.body, n, stagger, each)
+            result["cpu"] = sum(_cpu(p) for p in way.pids) - before
+            if rep:
+                results[name].append(result)
+    return results
+
+
+def _ttfts(rounds: list[dict[str, Any]]) -> tuple[float, float]:
+    times: list[float] = sorted(t for r in rounds for t in r["ttft"])
+    return statistics.median(times), times[min(len(times) - 1, int(len(times) * 0.99))]
+
+
+def _summary(
+    rate: float, n: int, tokens: int, results: dict[str, list[dict[str, Any]]]
+) -> list[Figure]:
+    def tps(r: dict[str, Any]) -> float:
+        return float(r["tokens"]) / float(r["seconds"])
+
+    direct = median(tps(r) for r in results["direct"])
+    direct_p50, direct_p99 = _ttfts(results["direct"])
+    out = []
+    for name, rounds in results.items():
+        rates = sorted(tps(r) for r in rounds)
+        p50, p99 = _ttfts(rounds)
+        cpu = (
+            median(r["cpu"] / max(r["tokens"], 1) for r in rounds) * 1e6
+            if name != "direct"
+            else float("nan")
+        )
+        counts: list[int] = [c for r in rounds for c in r["counts"]]
+        ratio = median(rates) / direct
+        added = (p50 - direct_p50, p99 - direct_p99)
+        out.append(Figure(rate, n, name, rates, ratio, p50, p99, *added, cpu, counts, tokens))
+    return out
+
+
+def _row(f: Figure) -> str:
+    added = f.path != "direct"
+    rates = f.tokens_per_s
+    delivered = (
+        f"{sum(f.counts):,} of {f.asked * len(f.counts):,}; {f.off} of {len(f.counts)} streams off"
+        if f.off
+        else "all"
+    )
+    return (
+        f"| {f.rate:g} | {f.streams} | {f.path} | {median(rates):,.0f} "
+        f"({rates[0]:,.0f}-{rates[-1]:,.0f}) | {f.ratio:.2f} | "
+        f"{f.ttft_p50 * 1000:.1f}{f' ({f.added_p50 * 1000:+.1f})' if added else ''} | "
+        f"{f.ttft_p99 * 1000:.1f}{f' ({f.added_p99 * 1000:+.1f})' if added else ''} | "
+        f"{f'{f.cpu_us:.0f}' if added else '-'} | {delivered} |"
+    )
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--streams", default="1,32,64")
     parser.add_argument("--rates", default="0,160", help="chunks/s per stream; 0: unpaced")
     parser.add_argument("--tokens", type=int, default=400)
@@ -234,131 +416,33 @@ def main() -> None:
         action="store_true",
         help="oars without uvloop, httptools and orjson (as before they were dependencies)",
     )
-    parser.add_argument("--oars", default=".", help="the checkout of oars to run")
+    parser.add_argument("--oars", type=Path, default=Path("."), help="the checkout of oars to run")
     parser.add_argument(
         "--litellm", action="store_true", help="LiteLLM's proxy as a fourth path (`make litellm`)"
     )
     args = parser.parse_args()
-    if args.litellm and not LITELLM.exists():
-        sys.exit(f"--litellm: {LITELLM} is missing; run `make litellm` first")
-    up_port, oars_port, litellm_port = free_port(), free_port(), free_port()
-    folder = tempfile.mkdtemp(prefix="oars-bench-")
-    upstream = subprocess.Popen([sys.executable, "-c", UPSTREAM, str(up_port)])
-    block = "import sys; sys.modules.update(uvloop=None, httptools=None, orjson=None); "
-    start = (block if args.plain else "") + "from oars.cli import main; main()"
-    cmd = [sys.executable, "-c", start, "serve"]
-    cmd += ["--port", str(oars_port), "--log-level", "warning", "--store", f"{folder}/oars.db"]
-    cmd += ["--upstream", f"m=http://127.0.0.1:{up_port}/v1"]
-    cmd += ["--workers", str(args.workers)] if args.workers > 1 else []
-    server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, cwd=args.oars)
-    litellm = _start_litellm(folder, up_port, litellm_port) if args.litellm else None
-    rows: list[list[str]] = []
-    warnings: list[str] = []
-    try:
-        _wait_ready(f"http://127.0.0.1:{oars_port}", server, Path("/dev/null"))
-        oars_pids = _tree(server.pid)
-        if litellm:
-            log = Path(folder, "litellm.log")
-            _wait_ready(f"http://127.0.0.1:{litellm_port}", litellm, log, "/health/liveliness")
-        litellm_pids = _tree(litellm.pid) if litellm else []
-        for rate in (float(r) for r in args.rates.split(",")):
-            for n in (int(s) for s in args.streams.split(",")):
-                seed = int(rate * 1000) or None
-                direct: dict[str, object] = {"model": "m", "stream": True}
-                direct.update(messages=[{"role": "user", "content": "x"}])
-                direct.update(max_tokens=args.tokens, seed=seed)
-                responses: dict[str, object] = {"model": "m", "input": "x", "stream": True}
-                responses.update(temperature=0)
-                responses.update(top_p=1, seed=seed, max_output_tokens=args.tokens)
-                paths: dict[str, tuple[int, str, dict[str, object], list[int]]] = {
-                    "direct": (up_port, "/v1/chat/completions", direct, []),
-                    "store off": (
-                        oars_port,
-                        "/v1/responses",
-                        {**responses, "store": False},
-                        oars_pids,
-                    ),
-                    "store on": (
-                        oars_port,
-                        "/v1/responses",
-                        {**responses, "store": True},
-                        oars_pids,
-                    ),
-                }
-                if litellm:
-                    paths["litellm"] = (
-                        litellm_port,
-                        "/v1/responses",
-                        {**responses, "store": False},
-                        litellm_pids,
-                    )
-                results: dict[str, list[dict[str, Any]]] = {k: [] for k in paths}
-                # paced: `n` users, arriving over one stream's length, two streams each
-                stagger, each = (args.tokens / rate, 2) if rate else (0.0, 1)
-                for rep in range(args.reps + 1):  # the first round warms up
-                    for name, (port, path, body, pids) in paths.items():
-                        before = sum(_cpu(p) for p in pids)
-                        result = _round(port, path, body, n, stagger, each)
-                        result["cpu"] = sum(_cpu(p) for p in pids) - before
-                        if rep:
-                            results[name].append(result)
-                rows.append(_rows(rate, n, args.tokens, results, warnings))
-    finally:
-        server.terminate()
-        server.wait(timeout=20)
-        if litellm:
-            litellm.terminate()
-            litellm.wait(timeout=20)
-        upstream.terminate()
+    load = Load(
+        streams=[int(s) for s in args.streams.split(",")],
+        rates=[float(r) for r in args.rates.split(",")],
+        tokens=args.tokens,
+        reps=args.reps,
+        workers=args.workers,
+        plain=args.plain,
+        checkout=args.oars,
+        litellm=args.litellm,
+    )
+    figures = run(load)
     print(f"{args.tokens} chunks a stream; {args.reps} rounds each, alternating; median (min-max)")
     print(
         "| rate/stream | streams | path | tokens/s | ratio to direct | median TTFT ms (added) | "
         "p99 TTFT ms (added) | proxy CPU µs/token | tokens delivered |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
-    print("\n".join(r for group in rows for r in group))
-    for warning in warnings:
-        print(warning)
-    print(json.dumps({"args": vars(args)}))
-
-
-def _rows(
-    rate: float, n: int, tokens: int, results: dict[str, list[dict[str, Any]]], warnings: list[str]
-) -> list[str]:
-    def tps(r: dict[str, Any]) -> float:
-        return float(r["tokens"]) / float(r["seconds"])
-
-    def ttfts(rounds: list[dict[str, Any]]) -> tuple[float, float]:
-        times: list[float] = sorted(t for r in rounds for t in r["ttft"])
-        return statistics.median(times), times[min(len(times) - 1, int(len(times) * 0.99))]
-
-    direct = statistics.median(tps(r) for r in results["direct"])
-    direct_p50, direct_p99 = ttfts(results["direct"])
-    out = []
-    for name, rounds in results.items():
-        rates = sorted(tps(r) for r in rounds)
-        p50, p99 = ttfts(rounds)
-        added = name != "direct"
-        cpu = (
-            f"{statistics.median(r['cpu'] / max(r['tokens'], 1) for r in rounds) * 1e6:.0f}"
-            if added
-            else "-"
-        )
-        counts: list[int] = [c for r in rounds for c in r["counts"]]
-        off = sum(c != tokens for c in counts)
-        delivered = (
-            f"{sum(counts):,} of {tokens * len(counts):,}; {off} of {len(counts)} streams off"
-        )
-        if off:
-            warnings.append(f"WARNING: {rate:g}/s, {n} streams, {name}: {delivered}")
-        out.append(
-            f"| {rate:g} | {n} | {name} | {statistics.median(rates):,.0f} "
-            f"({rates[0]:,.0f}-{rates[-1]:,.0f}) | {statistics.median(rates) / direct:.2f} | "
-            f"{p50 * 1000:.1f}{f' ({(p50 - direct_p50) * 1000:+.1f})' if added else ''} | "
-            f"{p99 * 1000:.1f}{f' ({(p99 - direct_p99) * 1000:+.1f})' if added else ''} | "
-            f"{cpu} | {delivered if off else 'all'} |"
-        )
-    return out
+    print("\n".join(_row(f) for f in figures))
+    for f in figures:
+        if f.off:
+            print(f"WARNING: {f.rate:g}/s, {f.streams} streams, {f.path}: {f.off} streams off")
+    print(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}}))
 
 
 if __name__ == "__main__":

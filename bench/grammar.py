@@ -30,7 +30,7 @@ from oars.families.hermes import call_grammar
 from oars.tools import parse_tools
 from oars.weights import DEFAULT_MODEL, pull
 
-GRAMMAR = Path(__file__).parent.parent / "tests" / "fixtures" / "grammars" / "apply_patch.lark"
+GRAMMAR = Path(__file__).with_name("apply_patch.lark")  # as Codex sends it
 DECODE_STEP_MS = 30.0  # one decode step of the default model on a small CPU (about 33 tok/s)
 
 PATCH = r"""*** Begin Patch

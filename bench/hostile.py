@@ -6,16 +6,18 @@
 
 from __future__ import annotations
 
+import argparse
 import json
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
 
-from tests.model.conftest import MODEL, _free_port, _wait_ready
+from bench.servers import Server, oars_serve
+from oars.weights import DEFAULT_MODEL
+
+MODEL = DEFAULT_MODEL.name
 
 LONE = "\\ud800"
 
@@ -60,36 +62,20 @@ def _cases() -> list[tuple[str, bytes]]:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n")[0]).parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        port, folder = _free_port(), Path(tmp)
-        cmd = [
-            sys.executable,
-            "-m",
-            "oars.cli",
-            "serve",
-            "--port",
-            str(port),
-            "--store",
-            f"sqlite:///{folder}/oars.db",
-        ]
-        with open(folder / "log", "wb") as log:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-        base = f"http://127.0.0.1:{port}"
-        try:
-            _wait_ready(base, proc, folder / "log")
+        store = ["--store", f"sqlite:///{tmp}/oars.db"]
+        with Server("oars", lambda port: oars_serve(port, *store), Path(tmp) / "log") as server:
             print("| request | status | param | ms |")
             print("|---|---|---|---|")
             client = httpx.Client(timeout=600, headers={"content-type": "application/json"})
             for name, raw in _cases():
                 start = time.perf_counter()
-                r = client.post(f"{base}/v1/responses", content=raw)
+                r = client.post(f"{server.base}/v1/responses", content=raw)
                 ms = (time.perf_counter() - start) * 1000
                 param = r.json()["error"]["param"] if r.status_code >= 400 else "-"
                 param = "(none: the body)" if param is None else param
                 print(f"| {name} | {r.status_code} | {param} | {ms:.0f} |")
-        finally:
-            proc.terminate()
-            proc.wait(30)
 
 
 if __name__ == "__main__":

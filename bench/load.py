@@ -2,7 +2,7 @@
 clients, then a soak of many requests with random disconnects, watching the server's memory.
 
 The server is a real `oars serve` process (the embedded model) or a server process on the
-scripted engine (`tests.replica`), with its SQLite store. Every client streams; a share of them
+scripted engine (`bench.scripted`), with its SQLite store. Every client streams; a share of them
 hangs up after the first token. Counted per level: completed streams (each checked by the stream
 validator), disconnects, 4xx, 5xx, hung requests (no end within the timeout). After the run, no
 generation may be left running (`/health`, `/metrics`).
@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import json
 import random
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,8 +26,11 @@ from pathlib import Path
 
 import httpx
 
+from bench.servers import Server, oars_serve
 from oars.validator import validate_sse
-from tests.model.conftest import MODEL, _free_port, _wait_ready
+from oars.weights import DEFAULT_MODEL
+
+MODEL = DEFAULT_MODEL.name
 
 TIMEOUT = 120.0  # a request with no end by then is hung
 
@@ -41,45 +43,18 @@ class Level:
     seconds: float = 0.0
 
 
-def _server(engine: str, folder: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = _free_port()
+def _server(engine: str, folder: Path) -> Server:
     store = f"sqlite:///{folder}/oars.db"
-    if engine == "model":
-        cmd = [
-            sys.executable,
-            "-m",
-            "oars.cli",
-            "serve",
-            "--port",
-            str(port),
-            "--store",
-            store,
-            "--ctx",
-            "4096",
-            "--temperature",
-            "0",
-        ]
-    else:
-        cmd = [
-            sys.executable,
-            "-m",
-            "tests.replica",
-            "--store",
-            store,
-            "--port",
-            str(port),
-            "--replica",
-            "load",
-            "--chunks",
-            "24",
-            "--delay",
-            "0.005",
-        ]
-    log = open(folder / "server.log", "wb")  # noqa: SIM115 (open for the process's life)
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    _wait_ready(base, proc, folder / "server.log")
-    return proc, base
+    model = ["--store", store, "--ctx", "4096", "--temperature", "0"]
+    scripted = [sys.executable, "-m", "bench.scripted", "--store", store]
+    scripted += ["--chunks", "24", "--delay", "0.005"]
+    return Server(
+        engine,
+        lambda port: (
+            oars_serve(port, *model) if engine == "model" else [*scripted, "--port", str(port)]
+        ),
+        folder / "server.log",
+    )
 
 
 def _rss_mib(pid: int) -> float:
@@ -179,25 +154,19 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     rng = random.Random(7)
-    with tempfile.TemporaryDirectory() as tmp:
-        proc, base = _server(args.engine, Path(tmp))
-        try:
-            asyncio.run(_level(base, 4, 8, 0.0, args.tokens, rng))  # warm up
-            levels = [
-                asyncio.run(
-                    _level(
-                        base, int(n), max(args.per_level, int(n)), args.disconnect, args.tokens, rng
-                    )
-                )
-                for n in args.levels.split(",")
-            ]
-            before = _rss_mib(proc.pid)
-            soak = asyncio.run(_level(base, 16, args.soak, args.disconnect, args.tokens, rng))
-            after = _rss_mib(proc.pid)
-            running, gauges = _settled(base)
-        finally:
-            proc.terminate()
-            proc.wait(30)
+    with tempfile.TemporaryDirectory() as tmp, _server(args.engine, Path(tmp)) as server:
+        base = server.base
+        asyncio.run(_level(base, 4, 8, 0.0, args.tokens, rng))  # warm up
+        levels = [
+            asyncio.run(
+                _level(base, int(n), max(args.per_level, int(n)), args.disconnect, args.tokens, rng)
+            )
+            for n in args.levels.split(",")
+        ]
+        before = _rss_mib(server.pid)
+        soak = asyncio.run(_level(base, 16, args.soak, args.disconnect, args.tokens, rng))
+        after = _rss_mib(server.pid)
+        running, gauges = _settled(base)
     rows = [
         {
             "clients": lv.clients,

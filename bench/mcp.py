@@ -2,8 +2,8 @@
 
     .venv/bin/python -m bench.mcp [--reps 30] [--model]
 
-An `oars serve` on this machine and the tests' MCP server (tests/mcp_server.py, streamable
-HTTP on loopback). Alternating rep by rep, non-streamed, the client times:
+An `oars serve` on this machine and a one-tool MCP server (`bench.vault`, streamable HTTP on
+loopback). Alternating rep by rep, non-streamed, the client times:
 
 - `plain`: a response that answers at once;
 - `call, listed`: the model calls `open_vault` (forced), the call runs, the model answers: the
@@ -13,8 +13,8 @@ HTTP on loopback). Alternating rep by rep, non-streamed, the client times:
 
 Token counts are summed over the response's generations (two for a call).
 
-With the scripted engine (the default) the model's time is nil, so the figures are what oars
-and the MCP round trips cost; `--model` runs the default model (greedy, answers of at most 24
+With the scripted engine (the default, `bench.scripted`) the model's time is nil, so the
+figures are what oars and the MCP round trips cost; `--model` runs the default model (greedy, answers of at most 24
 tokens), where the second generation's prefill and decode dominate.
 """
 
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,40 +30,23 @@ from typing import Any
 
 import httpx
 
-from tests.conftest import McpProcess, free_port
-from tests.model.conftest import _wait_ready
+from bench.servers import Server, oars_serve
 
 QUESTION = "Open the vault with the code 1234 and tell me the word inside."
-SCRIPTED = """
-import sys
-import uvicorn
-from oars.http import create_app
-from oars.mcp.config import McpConfig
-from oars.service import ResponsesService
-from oars.store import SqlStore
-from oars.testing import ScriptedEngine
-from oars.toolbox import ToolboxFactory
-
-call = '<tool_call>{"name": "vault__open_vault", "arguments": {"code": "1234"}}</tool_call>'
-engine = ScriptedEngine(lambda r: ["The word is aubergine."] if r.after_tool_output else [call])
-toolboxes = ToolboxFactory(McpConfig.of(allow=["http://127.0.0.1"]))
-app = create_app(ResponsesService(engine, toolboxes=toolboxes), SqlStore(sys.argv[2]))
-uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
-"""
+CALL = '<tool_call>{"name": "vault__open_vault", "arguments": {"code": "1234"}}</tool_call>'
 
 
-def _server(model: bool, folder: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
+def _server(model: bool, folder: Path) -> Server:
+    """`oars serve` on the default model, or the scripted engine that calls the vault."""
     store = f"sqlite:///{folder}/oars.db"
-    serve = [sys.executable, "-m", "oars.cli", "serve", "--port", str(port), "--store", store]
-    options = ["--temperature", "0", "--mcp-allow", "http://127.0.0.1"]
-    cmd = [*serve, *options] if model else [sys.executable, "-c", SCRIPTED, str(port), store]
-    log = folder / "server.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    _wait_ready(base, proc, log)
-    return proc, f"{base}/v1"
+    options = ["--store", store, "--temperature", "0", "--mcp-allow", "http://127.0.0.1"]
+    scripted = [sys.executable, "-m", "bench.scripted", "--store", store]
+    scripted += ["--mcp-call", CALL, "--mcp-answer", "The word is aubergine."]
+    return Server(
+        "oars",
+        lambda port: oars_serve(port, *options) if model else [*scripted, "--port", str(port)],
+        folder / "server.log",
+    )
 
 
 def _timed(base: str, body: dict[str, Any]) -> tuple[float, dict[str, Any]]:
@@ -76,47 +58,53 @@ def _timed(base: str, body: dict[str, Any]) -> tuple[float, dict[str, Any]]:
     return took, response
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--reps", type=int, default=30)
-    parser.add_argument("--model", action="store_true", help="the default model, not scripted")
-    args = parser.parse_args()
-    vault = McpProcess("streamable-http")
+Figures = dict[str, list[float]]
+
+
+def _measure(base: str, vault: str, reps: int) -> tuple[Figures, Figures, Figures]:
+    """Per kind of response: the times, the input tokens not cached, the output tokens."""
     tool = {
         "type": "mcp",
         "server_label": "vault",
-        "server_url": vault.url,
+        "server_url": vault,
         "allowed_tools": ["open_vault"],
         "require_approval": "never",
     }
     common = {"model": "bench", "input": QUESTION, "max_output_tokens": 24}
     forced = {**common, "tools": [tool], "tool_choice": {"type": "mcp", "server_label": "vault"}}
+    times: Figures = {"plain": [], "call, listed": [], "call, listing reused": []}
+    fresh: Figures = {name: [] for name in times}
+    written: Figures = {name: [] for name in times}
+    _, listed = _timed(base, forced)  # warm: the first connection, the first prompt
+    for _ in range(reps):
+        runs = {
+            "plain": common,
+            "call, listed": forced,
+            "call, listing reused": {**forced, "previous_response_id": listed["id"]},
+        }
+        for name, body in runs.items():
+            took, response = _timed(base, body)
+            kinds = [i["type"] for i in response["output"]]
+            assert name == "plain" or "mcp_call" in kinds, kinds
+            times[name].append(took)
+            usage = response["usage"]
+            cached = usage["input_tokens_details"]["cached_tokens"]
+            fresh[name].append(usage["input_tokens"] - cached)
+            written[name].append(usage["output_tokens"])
+    return times, fresh, written
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--reps", type=int, default=30)
+    parser.add_argument("--model", action="store_true", help="the default model, not scripted")
+    args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="oars-bench-mcp-"))
-    proc, base = _server(args.model, folder)
-    times: dict[str, list[float]] = {"plain": [], "call, listed": [], "call, listing reused": []}
-    fresh: dict[str, list[int]] = {name: [] for name in times}  # input tokens not cached
-    written: dict[str, list[int]] = {name: [] for name in times}  # output tokens
-    try:
-        _, listed = _timed(base, forced)  # warm: the first connection, the first prompt
-        for _ in range(args.reps):
-            runs = {
-                "plain": common,
-                "call, listed": forced,
-                "call, listing reused": {**forced, "previous_response_id": listed["id"]},
-            }
-            for name, body in runs.items():
-                took, response = _timed(base, body)
-                kinds = [i["type"] for i in response["output"]]
-                assert name == "plain" or "mcp_call" in kinds, kinds
-                times[name].append(took)
-                usage = response["usage"]
-                cached = usage["input_tokens_details"]["cached_tokens"]
-                fresh[name].append(usage["input_tokens"] - cached)
-                written[name].append(usage["output_tokens"])
-    finally:
-        proc.terminate()
-        proc.wait(30)
-        vault.stop()
+    vault = Server(
+        "vault", lambda port: [sys.executable, "-m", "bench.vault", str(port)], ready=None
+    )
+    with vault, _server(args.model, folder) as oars:
+        times, fresh, written = _measure(f"{oars.base}/v1", f"{vault.base}/mcp", args.reps)
     plain = statistics.median(times["plain"])
     engine = "the default model" if args.model else "the scripted engine"
     print(f"{args.reps} reps, {engine}; medians (p10-p90), and the time added to `plain`\n")

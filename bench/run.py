@@ -1,258 +1,117 @@
-"""Benchmarks of the foundation, each a ratio against a reference measured in the same run.
+"""The targets table: each figure oars keeps, as a ratio against a reference run beside it.
 
-    make bench            # or: .venv/bin/python -m bench.run [--reps N] [--tokens N]
+    make bench                                    # = .venv/bin/python -m bench.run
+    .venv/bin/python -m bench.run --list          # the targets and their goals; nothing runs
+    .venv/bin/python -m bench.run --only foundation,gateway [--reps 3] [--tokens 128]
 
-1. Decode tokens/s through HTTP+SSE (a real `oars serve` subprocess, streamed with httpx) versus
-   the raw engine loop in this process with no server, builder or parser, on the same prompts.
-   Runs alternate raw/HTTP so that machine noise hits both alike. Each run gets a fresh prompt
-   prefix so nothing comes from the KV cache, and time to first token includes the prefill.
-2. The cost of storing: the same HTTP+SSE runs with `store: true` (the response, its items and
-   its event log written to SQLite as it streams) versus `store: false`, alternating, same server.
-3. The builder: events per second through service + builder + SSE encoding on the scripted engine,
-   versus the scripted engine's own chunks per second.
+Three groups, each measured in one session, the sides alternating rep by rep:
+
+- `foundation`: one `oars serve` on the default model (SQLite store) against the raw engine
+  loop in this process (no server, builder or parser), on the same prompts, each new from its
+  first token so nothing comes from the KV cache; `store: true` against `store: false` on the
+  same server; a `json_schema` constraint against none; the builder's events against the
+  scripted engine's chunks.
+- `llama-server`: the targets of `bench.vs_llama_server` (decode, prefill, 4 and 16 streams, an
+  agent's next turn, a restarted session) against llama.cpp's own server on the same GGUF, by
+  default with the kernels oars runs (`-fa off --no-repack`). Skipped if `make llama-server`
+  has not built it.
+- `gateway`: `bench.gateway_load`'s paced upstream (160 chunks a second a stream), read directly
+  and through `oars serve --upstream`, at 1 and at 64 streams.
+
+A ratio is figure / reference (its medians) with the range of the reps' own ratios; a goal is
+on the ratio, on what the figure adds to the reference, or on the figure itself. On 2 cores the
+whole table takes about 20 minutes, most of it llama-server's group.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
-import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
+from pathlib import Path
 
-import httpx
-
-from oars.engines.llama import LlamaEngine
-from oars.generation import ChatMessage, EngineRequest, OutputFormat, SamplingParams
-from oars.http.sse import encode
-from oars.normalize import normalize
-from oars.service import ResponsesService
-from oars.settings import EngineSettings
-from oars.testing import ScriptedEngine
-from oars.turn import Turn
-from oars.weights import DEFAULT_MODEL, pull
-from tests.model.conftest import _free_port, _wait_ready
-
-PROMPT = "Count from 1 to 300, separated by commas, and nothing else."
+from bench import foundation, gateway_load, steps, vs_llama_server
+from bench.servers import median
+from bench.targets import Figure, Figures, render
+from oars.weights import pull
 
 
-@dataclass
-class Run:
-    ttft: float  # seconds from request to first text
-    decode_tps: float  # tokens/s after the first token
+def llama_server(args: argparse.Namespace) -> Figures:
+    """The rows of `bench.steps` that are targets, against one llama-server."""
+    if not vs_llama_server.LLAMA_SERVER.exists():
+        print("llama-server: skipped, `make llama-server` builds it", file=sys.stderr)
+        return {}
+    only = ("decode", "prefill", "scaling", "sixteen", "agent", "codex")
+    chosen = steps.steps(args.reps, args.tokens, only=only)
+    with tempfile.TemporaryDirectory(prefix="oars-bench-") as home:
+        setup = vs_llama_server.Setup(pull(), Path(home), llama_args=(args.llama_args,))
+        rows = vs_llama_server.running(setup, lambda endpoints: steps.measure(endpoints, chosen))
+    return {r.target: Figure(r.oars, r.reference, tuple(r.ratios)) for r in rows if r.target}
 
 
-JSON_PROMPT = "Describe three fictional people as JSON: name, age, hobbies, city."
-JSON_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "people": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "name": {"type": "string"},
-                    "age": {"type": "integer"},
-                    "hobbies": {"type": "array", "items": {"type": "string"}},
-                    "city": {"type": "string"},
-                },
-                "required": ["name", "age", "hobbies", "city"],
-            },
-        }
-    },
-    "required": ["people"],
+def gateway(args: argparse.Namespace) -> Figures:
+    """`bench.gateway_load` at 1 and 64 streams of 160 chunks a second."""
+    load = gateway_load.Load(streams=(1, 64), rates=(160.0,), tokens=400, reps=args.gateway_reps)
+    rounds = {(f.streams, f.path): f for f in gateway_load.run(load)}
+
+    def rate(n: int, path: str) -> Figure:
+        ours, direct = rounds[n, path], rounds[n, "direct"]
+        return Figure(median(ours.tokens_per_s), median(direct.tokens_per_s))
+
+    def ttft(n: int, path: str, p99: bool) -> Figure:
+        ours, direct = rounds[n, path], rounds[n, "direct"]
+        if p99:
+            return Figure(ours.ttft_p99 * 1000, direct.ttft_p99 * 1000)
+        return Figure(ours.ttft_p50 * 1000, direct.ttft_p50 * 1000)
+
+    return {
+        "gw_rate": rate(1, "store off"),
+        "gw_ttft": ttft(1, "store off", p99=False),
+        "gw_rate64": rate(64, "store on"),
+        "gw_p99": ttft(64, "store on", p99=True),
+        "gw_p99_off": ttft(64, "store off", p99=True),
+    }
+
+
+GROUPS: dict[str, Callable[[argparse.Namespace], Figures]] = {
+    "foundation": lambda args: foundation.measure(args.reps, args.tokens),
+    "llama-server": llama_server,
+    "gateway": gateway,
 }
 
 
-async def _raw(
-    engine: LlamaEngine,
-    rep: int,
-    tokens: int,
-    prompt: str = PROMPT,
-    output: OutputFormat | None = None,
-) -> Run:
-    request = EngineRequest(
-        (ChatMessage("user", f"Run {rep}. {prompt}"),),
-        SamplingParams(temperature=0, max_output_tokens=tokens),
-        output=output,
-    )
-    start = time.perf_counter()
-    prepared = await engine.open(request)
-    first = last = 0.0
-    produced = 0
-    async for chunk in engine.generate(prepared):
-        now = time.perf_counter()
-        if chunk.num_tokens and not first:
-            first = now
-        produced += chunk.num_tokens
-        if chunk.num_tokens:
-            last = now
-    return Run(first - start, (produced - 1) / (last - first))
-
-
-def _http(base: str, rep: int, tokens: int, *, store: bool = False) -> Run:
-    body = {
-        "model": "bench",
-        "input": f"Run {rep}. {PROMPT}",
-        "temperature": 0,
-        "max_output_tokens": tokens,
-        "stream": True,
-        "store": store,
-    }
-    start = time.perf_counter()
-    first = last = 0.0
-    usage: dict[str, Any] = {}
-    with httpx.stream("POST", f"{base}/v1/responses", json=body, timeout=300) as r:
-        for line in r.iter_lines():
-            if not line.startswith("data: "):
-                continue
-            now = time.perf_counter()
-            event = json.loads(line[6:])
-            if event["type"] == "response.output_text.delta":
-                first = first or now
-                last = now
-            elif event["type"] in ("response.completed", "response.incomplete"):
-                usage = event["response"]["usage"]
-    # A token that ends mid-character sends no delta of its own: count tokens from usage.
-    return Run(first - start, (usage["output_tokens"] - 1) / (last - first))
-
-
-def _ttft(base: str, rep: int, *, store: bool) -> float:
-    """Seconds to the first text delta of a short streamed reply."""
-    body = {
-        "model": "bench",
-        "input": f"Run {rep}. Say hello.",
-        "temperature": 0,
-        "max_output_tokens": 4,
-        "stream": True,
-        "store": store,
-    }
-    start = time.perf_counter()
-    with httpx.stream("POST", f"{base}/v1/responses", json=body, timeout=300) as r:
-        for line in r.iter_lines():
-            if line.startswith("data: ") and '"response.output_text.delta"' in line:
-                return time.perf_counter() - start
-    raise RuntimeError("no text delta")
-
-
-def _builder(n: int) -> tuple[float, float]:
-    engine = ScriptedEngine(["tok"] * n)
-
-    async def chunks_only() -> float:
-        start = time.perf_counter()
-        turn = Turn.of(normalize({"input": "x"}, served_model="m"))
-        prepared = await engine.open(turn.engine_request())
-        count = sum([1 async for _ in engine.generate(prepared)])
-        return count / (time.perf_counter() - start)
-
-    async def through_builder() -> float:
-        start = time.perf_counter()
-        turn = Turn.of(normalize({"input": "x"}, served_model="m"))
-        run = await ResponsesService(engine).start(turn)
-        count = 0
-        async for event in run.events():
-            encode(event)
-            count += 1
-        return count / (time.perf_counter() - start)
-
-    return asyncio.run(chunks_only()), asyncio.run(through_builder())
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--tokens", type=int, default=128, help="output tokens of a decode")
+    parser.add_argument("--gateway-reps", type=int, default=2, help="rounds of each gateway path")
+    parser.add_argument(
+        "--llama-args",
+        default=vs_llama_server.SAME_KERNELS,
+        help="llama-server's flags (default: the kernels oars runs; '' for as it comes)",
+    )
+    parser.add_argument("--only", default="", help=f"some groups, of {', '.join(GROUPS)}")
+    parser.add_argument("--list", action="store_true", help="the targets only; nothing runs")
     args = parser.parse_args()
-    path = pull()
-    port = _free_port()
-    folder = tempfile.mkdtemp(prefix="oars-bench-")
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "oars.cli",
-            "serve",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-            "--store",
-            f"{folder}/oars.db",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        from pathlib import Path
-
-        _wait_ready(base, server, Path("/dev/null"))
-        engine = LlamaEngine(
-            path,
-            EngineSettings(model_id=DEFAULT_MODEL.name),
-            gpu_layers=0,
-            prefix_folder=None,
-        )
-        raw_runs, http_runs = [], []
-        asyncio.run(_raw(engine, -1, 8))  # warm-up both
-        _http(base, -1, 8)
-        for rep in range(args.reps):
-            raw_runs.append(asyncio.run(_raw(engine, rep, args.tokens)))
-            http_runs.append(_http(base, rep + 1000, args.tokens))
-        unstored, stored = [], []
-        for rep in range(args.reps):
-            unstored.append(_http(base, rep + 4000, args.tokens, store=False))
-            stored.append(_http(base, rep + 5000, args.tokens, store=True))
-        ttft_off, ttft_on = [], []
-        for rep in range(8 * args.reps):  # TTFT is noisy: many short alternating runs
-            ttft_off.append(_ttft(base, rep + 6000, store=False))
-            ttft_on.append(_ttft(base, rep + 7000, store=True))
-        constraint = OutputFormat(JSON_SCHEMA)
-        free_runs, json_runs = [], []
-        asyncio.run(_raw(engine, -2, 8, JSON_PROMPT, constraint))  # builds the tokenizer once
-        for rep in range(args.reps):
-            free_runs.append(asyncio.run(_raw(engine, 2000 + rep, args.tokens, JSON_PROMPT)))
-            json_runs.append(
-                asyncio.run(_raw(engine, 3000 + rep, args.tokens, JSON_PROMPT, constraint))
-            )
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-        shutil.rmtree(folder, ignore_errors=True)
-    med = statistics.median
-    raw_tps, http_tps = med(r.decode_tps for r in raw_runs), med(r.decode_tps for r in http_runs)
-    chunks_ps, events_ps = _builder(20000)
-    print(f"| measure ({args.reps} alternating runs, {args.tokens} tokens, median) | value |")
-    print("|---|---|")
-    print(f"| decode tok/s, raw engine loop (reference) | {raw_tps:.1f} |")
-    print(f"| decode tok/s, HTTP+SSE | {http_tps:.1f} |")
-    print(f"| **ratio HTTP+SSE / raw** | **{http_tps / raw_tps:.3f}** |")
-    print(f"| time to first token, raw (s) | {med(r.ttft for r in raw_runs):.3f} |")
-    print(f"| time to first token, HTTP+SSE (s) | {med(r.ttft for r in http_runs):.3f} |")
-    off_tps, on_tps = med(r.decode_tps for r in unstored), med(r.decode_tps for r in stored)
-    print(f"| decode tok/s, HTTP+SSE, store false (reference) | {off_tps:.1f} |")
-    print(f"| decode tok/s, HTTP+SSE, store true (SQLite) | {on_tps:.1f} |")
-    print(f"| **ratio store true / false, tok/s** | **{on_tps / off_tps:.3f}** |")
-    off_ttft, on_ttft = med(ttft_off), med(ttft_on)
+    groups = [g.strip() for g in args.only.split(",") if g.strip()] or list(GROUPS)
+    unknown = set(groups) - set(GROUPS)
+    if unknown:
+        parser.error(f"no such group: {', '.join(sorted(unknown))}")
+    figures: Figures = {}
+    if not args.list:
+        for group in groups:
+            start = time.perf_counter()
+            figures |= GROUPS[group](args)
+            print(f"{group}: {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
     print(
-        f"| time to first token, store false / true, {len(ttft_on)} short runs each (s) | "
-        f"{off_ttft:.3f} / {on_ttft:.3f} |"
+        f"median of {args.reps} alternating reps ({args.tokens}-token decodes), gateway "
+        f"{args.gateway_reps} rounds a path; llama-server {args.llama_args or 'as it comes'}\n"
     )
-    print(f"| **ratio TTFT store false / true** | **{off_ttft / on_ttft:.3f}** |")
-    free_tps = med(r.decode_tps for r in free_runs)
-    json_tps = med(r.decode_tps for r in json_runs)
-    print(f"| decode tok/s, JSON prompt, unconstrained (reference) | {free_tps:.1f} |")
-    print(f"| decode tok/s, JSON prompt, json_schema constraint | {json_tps:.1f} |")
-    print(f"| **ratio constrained / unconstrained** | **{json_tps / free_tps:.3f}** |")
-    print(f"| scripted engine chunks/s (reference) | {chunks_ps:,.0f} |")
-    print(f"| builder events/s (service+builder+SSE encode) | {events_ps:,.0f} |")
-    print(f"| **ratio builder events / engine chunks** | **{events_ps / chunks_ps:.3f}** |")
+    print(render(figures, groups))
 
 
 if __name__ == "__main__":

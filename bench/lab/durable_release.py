@@ -46,7 +46,7 @@ def serve(port: int, store: str, delay: float) -> None:
     from oars.testing import ScriptedEngine
 
     engine = ScriptedEngine([f"w{i} " for i in range(TOKENS)], delay=delay)
-    app = create_app(ResponsesService(engine), SqlStore(store), replica="bench")
+    app = create_app(ResponsesService(engine), SqlStore(store))
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
 
 

@@ -1,6 +1,6 @@
 """A new process serving a prompt it kept on disk: where its time to first token goes.
 
-    .venv/bin/python -m bench.restart [--tokens 8000]
+    .venv/bin/python -m bench.lab.restart [--tokens 8000]
 
 First, a process of its own evaluates a system prompt of about `--tokens` tokens (random words,
 as bench.vs_llama_server's Codex-sized session) and keeps it (OARS_HOME in a temporary folder);
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.vs_llama_server import _chat
+from bench.prompts import chat
 from oars.engines.llama import LlamaEngine
 from oars.generation import ChatMessage, EngineRequest, SamplingParams
 from oars.settings import EngineSettings
@@ -33,7 +33,7 @@ from oars.weights import pull
 
 
 def _request(tokens: int, user: str) -> EngineRequest:
-    system, question = _chat("restart", tokens, user)
+    system, question = chat("restart", tokens, user)
     messages = (ChatMessage("system", system["content"]), ChatMessage("user", question["content"]))
     return EngineRequest(
         messages=messages, sampling=SamplingParams(temperature=0.0, max_output_tokens=4)
@@ -100,7 +100,7 @@ def main() -> None:
                 [
                     sys.executable,
                     "-m",
-                    "bench.restart",
+                    "bench.lab.restart",
                     "--phase",
                     phase,
                     "--home",

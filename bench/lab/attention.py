@@ -1,7 +1,7 @@
 """llama.cpp's attention kernels on the CPU, with and without flash attention: speed where agents
 spend their time, and whether a sequence's logits depend on the rest of its batch.
 
-    .venv/bin/python -m bench.attention [--fill 3000] [--reps 3]
+    .venv/bin/python -m bench.lab.attention [--fill 3000] [--reps 3]
 
 Each setting gets its own context (4 sequences, as `oars serve` makes it, weights not repacked),
 in a process of its own, alternating. On each: the prefill of `--fill` random tokens (512 a pass),
@@ -120,7 +120,7 @@ def main() -> None:
                 [
                     sys.executable,
                     "-m",
-                    "bench.attention",
+                    "bench.lab.attention",
                     "--one",
                     setting,
                     "--fill",

@@ -1,6 +1,6 @@
 """What a pass of token rows costs by which sequences it feeds, in what order, raw llama.cpp.
 
-    .venv/bin/python -m bench.graphs [--reps 5] [--threads 2]
+    .venv/bin/python -m bench.lab.graphs [--reps 5] [--threads 2]
 
 One context as `oars serve` makes it (one memory per sequence, no flash attention), 8 sequences
 of 200 prompt tokens; each measure is the median of 15 passes of one token a sequence (each
@@ -32,10 +32,10 @@ import time
 
 import numpy as np
 
-from bench.kernels import raw_context
-from bench.passes import split
+from bench.lab.kernels import raw_context
+from bench.lab.passes import split
 from oars.engines.batching import Feed
-from oars.engines.llama import LlamaContext, LlamaLog
+from oars.engines.llama_context import LlamaContext, LlamaLog
 from oars.weights import pull
 
 PROMPT, PASSES = 200, 15

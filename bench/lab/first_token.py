@@ -1,7 +1,7 @@
 """Time to first token of cold ~100-token prompts on the embedded engine, in-process (no HTTP):
 the very first request after the engine starts, then the next ones.
 
-    .venv/bin/python -m bench.first_token [--reps N]
+    .venv/bin/python -m bench.lab.first_token [--reps N]
 
 Each prompt is new (nothing to reuse but the chat template's opening), greedy, 4 output tokens.
 The first request shows what startup leaves to it (paging weights in, first-use buffers).

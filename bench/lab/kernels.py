@@ -1,6 +1,6 @@
 """llama.cpp's plain CPU weights (what oars loads) against its repacked ones, raw passes.
 
-    .venv/bin/python -m bench.kernels [--reps 5] [--threads 2]
+    .venv/bin/python -m bench.lab.kernels [--reps 5] [--threads 2]
 
 llama-server repacks by default the tensors it can for the CPU's kernels (llama.cpp's "extra"
 buffer types); oars does not, and this is the evidence for that choice. Both loads of the
@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from oars.engines.batching import Feed
-from oars.engines.llama import LlamaContext, LlamaLog
+from oars.engines.llama_context import LlamaContext, LlamaLog
 from oars.weights import pull
 
 PROMPT, STEPS, CHUNK = 200, 20, 256

@@ -1,7 +1,6 @@
-"""Forward passes read back from the logs of oars and of llama-server, for `bench.vs_llama_server
---account`: how many passes a load took, how many graphs (ubatches) each pass ran, how many KV
-cells each graph attended over, how long each pass took and how long the engine spent between
-two passes.
+"""Forward passes read back from the logs of oars and of llama-server, for `bench.lab.account`:
+how many passes a load took, how many graphs (ubatches) each pass ran, how many KV cells each
+graph attended over, how long each pass took and how long the engine spent between two passes.
 
 With a memory of one stream per sequence (both servers' setting), llama.cpp puts only sequences
 of consecutive ids, in increasing order, in one ubatch, and the same number of tokens of each:

@@ -1,16 +1,16 @@
-"""What the store's writer spends on one transaction of each kind, on SQLite (a real file), run
-as the server's lane runs them (here on its thread; the server runs the same on its loop when
-no other connection holds the lock): a new response (its row and one input item), the log of
-64 running responses (a row each, five delta events in it), and an ending (the final snapshot
-with a 400-word message, its output item, ten last events).
+"""What the store's writer spends on one transaction of each kind, on SQLite (a real file),
+through `SqlStore.write` as the server calls it (on its loop when no other connection holds
+the lock): a new response (its row and one input item), the log of 64 running responses (a row
+each, five delta events in it), and an ending (the final snapshot with a 400-word message, its
+output item, ten last events).
 
-    .venv/bin/python -m bench.store_writes [--reps 5] [--count 300] [--against DIR]
+    .venv/bin/python -m bench.lab.store_writes [--reps 5] [--count 300] [--against DIR]
 
 Each rep runs every kind `--count` times, a transaction each, in a process of its own, and
-reports the median wall and CPU time a transaction. `--against DIR` runs the same in a checkout
-of oars at DIR (say, a worktree of the commit before a change), the two in turn, rep by rep, and
-gives the ratio this checkout / that one, kind by kind: the reference is measured in the same
-run, on the same machine, beside the figure.
+reports the median wall time and CPU time (the process's, all threads) a transaction.
+`--against DIR` runs the same in a checkout of oars at DIR (say, a worktree of the commit before
+a change), the two in turn, rep by rep, and gives the ratio this checkout / that one, kind by
+kind: the reference is measured in the same run, on the same machine, beside the figure.
 """
 
 from __future__ import annotations
@@ -27,15 +27,6 @@ KINDS = ("begin", "log64", "end")
 ONE_REP = r"""
 import asyncio, json, sys, tempfile, time
 from oars.store import Finished, Logged, NewResponse, SqlStore, StoredResponse, Writes
-try:
-    from oars.store.lanes import SqliteLane as Lane
-    from oars.store.transactions import write_transaction as _write
-except ImportError:  # a checkout from before the store's split
-    from oars.store.sql import _write
-    try:
-        from oars.store.sql import _SqliteLane as Lane
-    except ImportError:  # a checkout from before the lane ran on the loop
-        from oars.store.sql import _ThreadLane as Lane
 
 count = int(sys.argv[1])
 
@@ -65,7 +56,6 @@ async def main():
     folder = tempfile.mkdtemp(prefix="oars-bench-")
     store = SqlStore(f"{folder}/oars.db")
     await store.open()
-    lane = Lane(store.url)
     kinds = {
         "begin": [Writes([new(i)], [], []) for i in range(count)],
         "log64": [Writes([], [Logged(f"resp_{i}", [delta(i, 5 * j + k) for k in range(5)])
@@ -74,28 +64,17 @@ async def main():
                                          [delta(i, 5 * count + k) for k in range(10)], (), "r0")])
                 for i in range(count)],
     }
-
-    def transaction(writes):
-        if hasattr(lane, "run"):  # since the lanes run at the driver's level
-            lane.run(_write, writes)
-        else:
-            with lane.engine.begin() as conn:
-                _write(conn, writes)
-
-    def run(writes):
-        wall, cpu = [], []
-        for w in writes:
-            t, c = time.perf_counter(), time.thread_time()
-            transaction(w)
-            wall.append(time.perf_counter() - t)
-            cpu.append(time.thread_time() - c)
-        wall.sort(), cpu.sort()
-        return wall[len(wall) // 2], cpu[len(cpu) // 2]
-
+    await store.write(Writes())  # the writer's connection, opened before the clock starts
     out = {}
     for kind, writes in kinds.items():  # in this order: the logs and endings need the rows
-        out[kind] = await asyncio.get_running_loop().run_in_executor(lane.thread, run, writes)
-    await lane.close()
+        wall, cpu = [], []
+        for w in writes:
+            t, c = time.perf_counter(), time.process_time()
+            await store.write(w)
+            wall.append(time.perf_counter() - t)
+            cpu.append(time.process_time() - c)
+        wall.sort(), cpu.sort()
+        out[kind] = wall[len(wall) // 2], cpu[len(cpu) // 2]
     await store.close()
     print(json.dumps(out))
 
@@ -112,7 +91,8 @@ def _rep(checkout: Path, count: int) -> dict[str, list[float]]:
         text=True,
         check=True,
     )
-    return json.loads(done.stdout)
+    figures: dict[str, list[float]] = json.loads(done.stdout)
+    return figures
 
 
 def main() -> None:
