@@ -269,7 +269,7 @@ class Batcher:
                 slot.pending = token
 
     def _account(self, feeds: list[Feed], began: float) -> None:
-        """One debug line a pass (`bench.vs_llama_server --account` reads them): what it fed
+        """One debug line a pass (`bench.lab.account` reads them): what it fed
         (sequence:start+tokens), how long it took and how long since the last pass ended."""
         ended = time.perf_counter()
         if passes.isEnabledFor(logging.DEBUG):
@@ -320,7 +320,7 @@ class Batcher:
         waiting prompts while they all fit in `prefill_chunk` tokens and every graph llama.cpp
         makes of the pass keeps `KERNEL_ROWS` rows or more, as each chunk of 8 tokens or more
         has alone. Then every token meets the weights through the same kernel as alone, and
-        the logits are the same to the bit (`bench.graphs`); four 60-token prompts take 4 %
+        the logits are the same to the bit (`bench.lab.graphs`); four 60-token prompts take 4 %
         less time in one pass than in four. Chunks are still cut where they are alone."""
 
         def chunk(slot: Slot) -> Feed:

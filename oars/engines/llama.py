@@ -81,7 +81,7 @@ class LlamaEngine:
         # of a batch go through other kernels than a lone row (their activations quantized by
         # another routine), so a sequence's logits, and a greedy request's text, would depend
         # on what runs beside it (up to 0.17 apart), and on this model they are no faster
-        # (only some of its tensors can be repacked). `bench.kernels` measures both.
+        # (only some of its tensors can be repacked). `bench.lab.kernels` measures both.
         params.use_extra_bufts = False
         self._model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
         if not self._model:
@@ -126,7 +126,7 @@ class LlamaEngine:
         # its pass (llama.cpp takes another kernel for a sequence's lone token row over 512
         # cells or more, and for 64 rows or more, than for the rest), so a request's text would
         # depend on what runs beside it, and a short turn after a long context is slower.
-        # `bench.attention` on 2 cores with AVX-512, the default model: after 2,000 tokens,
+        # `bench.lab.attention` on 2 cores with AVX-512, the default model: after 2,000 tokens,
         # 13 new tokens 140 ms without it against 177 ms with it, one token 27.7 against 26.3,
         # the prefill 11.5 s against 10.0 s; a sequence's logits in a pass of 4 differ from
         # its lone pass by up to 0.32 with it, 0.0 without. On an earlier, slower box, after

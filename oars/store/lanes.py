@@ -57,7 +57,7 @@ _SQLITE = sqlite.dialect()
 class SqliteLane:
     """SQLite's lane. A transaction runs on the serving loop itself, on a connection of the
     driver's that never waits for SQLite's lock: a new response's row, a round of logs or an
-    ending is 0.1-1 ms of CPU there (`bench.store_writes`), where a thread of its own made each of
+    ending is 0.1-1 ms of CPU there (`bench.lab.store_writes`), where a thread of its own made each of
     its statements wait for the GIL behind the loop (at 64 paced streams, 6-19 ms at p99 for a
     new response's 0.3 ms of work). When another connection holds the lock (the serving
     engine's, whose transactions the loop itself drives, or another process's), the transaction

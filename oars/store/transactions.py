@@ -3,7 +3,7 @@ runs them (`oars.store.lanes`) and on the serving loop's engine (through `run_sy
 
 A `Tx` runs statements built once with SQLAlchemy, compiled once per dialect, on the driver's own
 cursor. Run through SQLAlchemy's connection, the writer's transactions cost 3-5 times the CPU
-(`bench.store_writes`), all of it holding the GIL beside the serving loop. `write_transaction` is
+(`bench.lab.store_writes`), all of it holding the GIL beside the serving loop. `write_transaction` is
 the writer's group commit (`oars.writer`) as one transaction.
 """
 

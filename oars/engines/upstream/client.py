@@ -98,8 +98,8 @@ class UpstreamEngine:
     Requests run concurrently: no lock, one pooled HTTP client per event loop.
 
     The client is aiohttp's: its response parser is compiled, and a stream's read is one hop
-    from the socket's callback. Reading 64 paced streams (`bench.upstream_read`), the engine
-    spends 1.5× the CPU a chunk of a bare asyncio protocol; through httpx (h11 and httpcore in
+    from the socket's callback. Reading 64 paced streams (docs/notes/benchmarks-journal.md), the
+    engine spends 1.5× the CPU a chunk of a bare asyncio protocol; through httpx (h11 and httpcore in
     Python, a chunk at a time) it was 2.5× with an asyncio network backend under httpcore, 3.7×
     without."""
 
