@@ -10,7 +10,7 @@ event path are all there is to measure) at a fixed pace, with a SQLite file or a
 database; the two are run in rotation, and the table gives the median and p99 of the time to
 the first delta and of the gap between deltas, after against before.
 
-    python bench/lab/durable_release.py --before TREE --after TREE [--streams 1,64] [--reps 3]
+    python -m bench.lab.durable_release --before TREE --after TREE [--streams 1,64] [--reps 3]
         [--store sqlite|postgresql://USER@HOST:PORT/DB]
 
 A tree is a checkout of oars (e.g. `git worktree add /tmp/before <commit>`); the server runs
@@ -23,15 +23,16 @@ import argparse
 import asyncio
 import itertools
 import json
-import os
-import socket
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
+
+if TYPE_CHECKING:
+    from bench.servers import Server
 
 TOKENS = 60
 DELAY = 0.02  # 50 tokens a second a stream
@@ -50,31 +51,14 @@ def serve(port: int, store: str, delay: float) -> None:
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _server(tree: Path, store: str) -> Server:
+    """This file's `serve`, with `tree`'s oars first on the path."""
+    from bench.servers import Server  # (not in `serve`: the tree before may have no such module)
 
+    def command(port: int) -> list[str]:
+        return [sys.executable, __file__, "serve", str(port), store, str(DELAY)]
 
-class Server:
-    def __init__(self, tree: Path, store: str) -> None:
-        self.port = _free_port()
-        env = {**os.environ, "PYTHONPATH": str(tree)}
-        cmd = [sys.executable, __file__, "serve", str(self.port), store, str(DELAY)]
-        self.proc = subprocess.Popen(cmd, cwd=tree, env=env)
-        self.base = f"http://127.0.0.1:{self.port}/v1"
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=1)
-                return
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        raise RuntimeError("the server did not start")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=30)
+    return Server(tree.name, command, env={"PYTHONPATH": str(tree)}, cwd=tree)
 
 
 async def _stream(client: httpx.AsyncClient, base: str) -> tuple[float, list[float]]:
@@ -114,22 +98,24 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--store", default="sqlite")
     args = parser.parse_args()
+    from bench.servers import alternate
+
     folder = Path(tempfile.mkdtemp())
     results: dict[tuple[str, int], tuple[list[float], list[float]]] = {}
-    for rep in range(args.reps):
-        for name, tree in (("before", args.before), ("after", args.after)):
-            store = f"sqlite:///{folder}/{name}.db" if args.store == "sqlite" else args.store
-            server = Server(tree, store)
-            try:
-                for streams in map(int, args.streams.split(",")):
-                    asyncio.run(_load(server.base, streams))  # a warm-up
-                    first, gaps = asyncio.run(_load(server.base, streams))
-                    kept = results.setdefault((name, streams), ([], []))
-                    kept[0].extend(first)
-                    kept[1].extend(gaps)
-            finally:
-                server.stop()
-        print(f"rep {rep + 1} of {args.reps} done", file=sys.stderr)
+    trees = {"before": args.before, "after": args.after}
+
+    def run(name: str, rep: int) -> None:
+        store = f"sqlite:///{folder}/{name}.db" if args.store == "sqlite" else args.store
+        with _server(trees[name], store) as server:
+            for streams in map(int, args.streams.split(",")):
+                asyncio.run(_load(f"{server.base}/v1", streams))  # a warm-up
+                first, gaps = asyncio.run(_load(f"{server.base}/v1", streams))
+                kept = results.setdefault((name, streams), ([], []))
+                kept[0].extend(first)
+                kept[1].extend(gaps)
+        print(f"{name}, rep {rep + 1} of {args.reps} done", file=sys.stderr)
+
+    alternate(["before", "after"], args.reps, run)
     rows = []
     for streams in map(int, args.streams.split(",")):
         b_first, b_gaps = results[("before", streams)]
