@@ -14,10 +14,11 @@ from oars.errors import InvalidRequest, NotFound, RequestTimeout, TooLarge
 from oars.ids import is_id
 from oars.metrics import Metrics
 from oars.normalize import ResponseRequest, normalize
-from oars.runs import Runs, Tenant
+from oars.runs import Runs
 from oars.service import ResponsesService
 from oars.settings import Limits
 from oars.store import Page, Reads
+from oars.tenancy import Tenant
 from oars.turn import Turn
 
 
@@ -33,7 +34,7 @@ class Shared:
     _runs: Runs
 
     def tenant(self, tenant: str) -> Tenant:
-        return self._runs.of(tenant)
+        return Tenant(self._runs, tenant)
 
     @property
     def keeps(self) -> bool:
