@@ -194,8 +194,8 @@ class Runs:
         """Resolve history, keep the response, start producing. Errors here come before any
         byte of the response: client errors are 4xx (429 past the key's concurrent runs), a
         store that is down is a 503. `store`: the store as the request's tenant sees it (its
-        `oars.tenancy.Tenant`'s), where its history is read. `previous`: the previous response's context,
-        when the caller holds it (see `Turn.open`)."""
+        `oars.tenancy.Tenant`'s), where its history is read. `previous`: the previous
+        response's context, when the caller holds it (see `Turn.open`)."""
         tenant = request.tenant
         if self.concurrent_per_key is not None and self._running[tenant] >= self.concurrent_per_key:
             raise RateLimited(
