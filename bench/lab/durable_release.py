@@ -122,7 +122,7 @@ def main() -> None:
         a_first, a_gaps = results[("after", streams)]
         for label, b, a in (("first delta", b_first, a_first), ("between deltas", b_gaps, a_gaps)):
             row = {"streams": streams, "measure": label}
-            for q, name in ((0.5, "p50"), (0.99, "p99")):
+            for q, name in ((0.5, "p50"), (0.9, "p90"), (0.99, "p99")):
                 row[f"{name} before ms"] = round(_pct(b, q), 1)
                 row[f"{name} after ms"] = round(_pct(a, q), 1)
             row["p99 after - before ms"] = round(_pct(a, 0.99) - _pct(b, 0.99), 1)

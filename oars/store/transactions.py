@@ -9,6 +9,7 @@ the writer's group commit (`oars.writer`) as one transaction.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -17,6 +18,7 @@ from sqlalchemy import (
     ClauseElement,
     Connection,
     Dialect,
+    Select,
     and_,
     bindparam,
     delete,
@@ -27,6 +29,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.elements import BindParameter
 
 from oars.errors import StoreUnavailable
 from oars.events.orphan import orphan_ending
@@ -53,7 +56,12 @@ class Tx:
     (compiled once per dialect and set of parameters) on the driver's own cursor, with rows of
     plain values. The driver's errors become `StoreUnavailable`."""
 
-    def __init__(self, cursor: Any, dialect: Dialect, errors: type[Exception]) -> None:
+    def __init__(
+        self,
+        cursor: Any,
+        dialect: Dialect,
+        errors: type[Exception] | tuple[type[Exception], ...],
+    ) -> None:
         self.cursor, self.dialect, self.errors = cursor, dialect, errors
 
     @classmethod
@@ -190,9 +198,7 @@ def _end(tx: Tx, finished: Sequence[Finished]) -> None:
             for done in finished
         ],
     )
-    conversation_of: dict[str, str | None] = {
-        row[0]: row[1] for done in finished for row in tx.execute(_KEPT, {"_id": done.response_id})
-    }
+    conversation_of = _kept(tx, [done.response_id for done in finished])
     # one deleted while it ran (from another replica): leave nothing of it behind
     finished = [done for done in finished if done.response_id in conversation_of]
     if not finished:
@@ -213,6 +219,28 @@ def _end(tx: Tx, finished: Sequence[Finished]) -> None:
             tx.execute(
                 _SET_CONVERSATION_SERVER, {"_id": conversation_id, "_served_by": done.served_by}
             )
+
+
+def _kept(tx: Tx, ids: Sequence[str]) -> dict[str, str | None]:
+    """Which of `ids` are still stored, each with its conversation: a statement for up to
+    `_KEPT_BATCH` of them at once, not a round trip each (an ending of 64 responses paid 64)."""
+    found: dict[str, str | None] = {}
+    for start in range(0, len(ids), _KEPT_BATCH):
+        batch = list(ids[start : start + _KEPT_BATCH])
+        size = 1 << (len(batch) - 1).bit_length()  # a few statements' shapes, compiled once
+        batch += batch[-1:] * (size - len(batch))  # (the same id again finds the same row)
+        params = {f"_id{i}": response_id for i, response_id in enumerate(batch)}
+        found.update((row[0], row[1]) for row in tx.execute(_kept_statement(size), params))
+    return found
+
+
+@functools.cache
+def _kept_statement(size: int) -> Select[tuple[str, str | None]]:
+    ids: list[BindParameter[str]] = [bindparam(f"_id{i}") for i in range(size)]
+    return select(responses.c.id, responses.c.conversation_id).where(responses.c.id.in_(ids))
+
+
+_KEPT_BATCH = 64
 
 
 def read_events(conn: Connection, response_id: str, after: int) -> list[Json]:
@@ -267,9 +295,6 @@ def add_items(tx: Tx, conversation_id: str, items: Sequence[Json]) -> None:
 _INSERT_RESPONSES = insert(responses)
 _INSERT_ITEMS = insert(response_items)
 _INSERT_LOGS = insert(response_logs)
-_KEPT = select(responses.c.id, responses.c.conversation_id).where(
-    responses.c.id == bindparam("_id")
-)
 _DELETE_OUTPUTS = delete(response_items).where(
     and_(
         response_items.c.response_id == bindparam("_id"),

@@ -9,6 +9,7 @@ import math
 import sqlite3
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from sqlalchemy import text
 
 from oars.engines.base import Opened
 from oars.errors import ClientError, StoreUnavailable
+from oars.eventlog import EventLog
 from oars.generation import EngineRequest
 from oars.http import create_app
 from oars.service import ResponsesService
@@ -31,6 +33,8 @@ from oars.store import (
 )
 from oars.testing import ScriptedEngine
 from oars.validator import validate_events, validate_sse
+from oars.writer import Writer
+from tests.conftest import new_database
 
 WORDS = [f"w{i} " for i in range(30)]
 
@@ -120,6 +124,148 @@ def test_logs_nobody_reads_are_written_every_interval(store_url: str) -> None:
         assert max(len(w.logged) for w in logging) >= 10  # most runs in one transaction
 
     asyncio.run(_serve(store, engine, test))
+
+
+class _Stepped(SqlStore):
+    """A real store whose transactions land one at a time, as the test lets them (`step`)."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.taken: list[Writes] = []  # each transaction, once the writer has started it
+        self._permits: asyncio.Queue[None] = asyncio.Queue()
+
+    async def write(self, writes: Writes) -> None:
+        self.taken.append(writes)
+        await self._permits.get()
+        await super().write(writes)
+
+    async def step(self, taken: int) -> None:
+        """Let the transaction in flight land, once the writer has started `taken` of them."""
+        while len(self.taken) < taken:
+            await asyncio.sleep(0.001)
+        self._permits.put_nowait(None)
+
+
+@dataclass
+class _Run:
+    """What the writer reads of a running response, with a real event log."""
+
+    id: str
+    log: EventLog = field(default_factory=EventLog)
+    status: str = "in_progress"
+
+    @property
+    def snapshot(self) -> dict[str, Any]:
+        return _snapshot(self.status, self.id)
+
+
+def test_events_a_reader_waits_for_go_ahead_of_endings(store_url: str) -> None:
+    """A client waits for a stream's events while another response's ending and a new response
+    are due: the events go in a transaction of their own, ahead (rows are the heavier writes),
+    and reach the client when it lands; the ending and the new response go right after, though
+    the client waits again meanwhile (they are never held back twice)."""
+
+    def delta(n: int) -> dict[str, Any]:
+        return {"type": "response.output_text.delta", "sequence_number": n, "delta": f"d{n}"}
+
+    def new(response_id: str) -> NewResponse:
+        stored = StoredResponse(_snapshot("in_progress", response_id), streamed=True, owner="r")
+        return NewResponse(stored, [])
+
+    async def go() -> None:
+        store = _Stepped(store_url)
+        await store.open()
+        writer = Writer(store, interval=60.0)  # logs only when a client waits for them
+        try:
+            runs = {name: _Run(f"resp_{name}") for name in ("a", "b")}
+            begun = {name: writer.begin(new(run.id)) for name, run in runs.items()}
+            await store.step(1)
+            kept = {}
+            for name, run in runs.items():
+                await begun[name]
+                kept[name] = writer.track(run, begun[name], logged=True)
+                run.log.hold(writer.hurry)
+            in_flight = writer.begin(new("resp_c"))  # a transaction the others queue behind
+            await asyncio.sleep(0.01)
+            assert len(store.taken) == 2
+
+            seen: list[int] = []
+
+            async def read() -> None:
+                async for batch in runs["a"].log.follow():
+                    seen.extend(event["sequence_number"] for event in batch)
+
+            reader = asyncio.create_task(read())
+            runs["a"].log.append([delta(0), delta(1)])
+            runs["b"].log.append([delta(0)])
+            done = Finished("resp_b", _snapshot("completed", "resp_b"), [delta(1)])
+            ending = asyncio.create_task(writer.finish(kept["b"], done))
+            new_d = writer.begin(new("resp_d"))
+            await asyncio.sleep(0.01)
+            assert seen == []  # nothing released before the store has it
+
+            await store.step(2)  # resp_c lands; the waited-for events go next, alone
+            while len(store.taken) < 3:
+                await asyncio.sleep(0.001)
+            first = store.taken[2]
+            assert not first.begun and not first.finished
+            assert {batch.response_id for batch in first.logged} == {"resp_a", "resp_b"}
+            runs["a"].log.append([delta(2)])  # the client waits for this one too
+            await store.step(3)
+            while seen != [0, 1]:
+                await asyncio.sleep(0.001)
+
+            await store.step(4)
+            after = store.taken[3]
+            assert [n.response.id for n in after.begun] == ["resp_d"]
+            [finished] = after.finished
+            assert finished.response_id == "resp_b" and list(finished.events) == [delta(1)]
+            assert [(b.response_id, list(b.events)) for b in after.logged] == [
+                ("resp_a", [delta(2)])
+            ]
+            await asyncio.wait_for(asyncio.gather(ending, new_d, in_flight), 5)
+            while seen != [0, 1, 2]:
+                await asyncio.sleep(0.001)
+            runs["a"].log.close()
+            await reader
+            assert await store.events("resp_b", after=-1) == [delta(0), delta(1)]
+            assert await store.events("resp_a", after=-1) == [delta(n) for n in range(3)]
+        finally:
+            await writer.close()
+            await store.close()
+
+    asyncio.run(go())
+
+
+def test_the_lane_replaces_a_connection_the_server_closed(postgres_server: str) -> None:
+    """PostgreSQL: the server closed the lane's connection while it was idle (a restart, an
+    administrator): the next transaction begins on a new one, and lands whole."""
+    event = {"type": "response.output_text.delta", "sequence_number": 0, "delta": "a"}
+    url = new_database(postgres_server)
+
+    async def go() -> None:
+        store = SqlStore(url)
+        await store.open()
+        try:
+            new = NewResponse(StoredResponse(_snapshot("in_progress"), owner="r"), [])
+            await store.write(Writes([new]))
+            async with store.engine.connect() as conn:
+                ended = await conn.execute(
+                    text(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                    )
+                )
+                assert [row[0] for row in ended] == [True]  # the lane's connection
+            done = Finished("resp_1", _snapshot("completed"), [event])
+            await store.write(Writes(finished=[done]))
+            got = await store.get("resp_1")
+            assert got is not None and got.snapshot["status"] == "completed"
+            assert await store.events("resp_1", after=-1) == [event]
+        finally:
+            await store.close()
+
+    asyncio.run(go())
 
 
 def test_a_failed_log_write_fails_the_runs_it_carried(store_url: str) -> None:
