@@ -46,6 +46,11 @@ class EventLog:
         elif self._waiting:
             self._wanted()
 
+    @property
+    def waited(self) -> bool:
+        """A reader waits for events not released yet."""
+        return any(not waiter.done() for waiter in self._waiting)
+
     def release(self, upto: int) -> None:
         """The first `upto` events are kept: readers may see them."""
         if upto > self.released:

@@ -3,15 +3,19 @@
 A response is kept when it starts (before its first byte is sent), its event log while it runs,
 and its ending. Written by each run on its own, 64 streams made 640 transactions a second and a
 new response's first write queued behind them. The writer instead gathers whatever is due into
-one transaction (a group commit): new responses and endings are due at once, so a transaction
-starts as soon as the one before has landed; the running responses' new events are due every
-`interval` seconds, all of them in the same transaction, a row per response, or as soon as the
-transaction before has landed when a reader waits for them (`hurry`): a held event log
-(`oars.eventlog`) shows its readers only what the store has. Events a reader waits for go in a
-transaction of their own, ahead of the new responses and endings due with them (whose rows are
-the heavier writes: 64 streams ending together took 15-25 ms on PostgreSQL, their logs 2-3 ms),
-but never twice in a row while those wait. So a stream's last tokens reach its client after a
-write of logs, and its ending after that.
+one transaction (a group commit), in two lines that write side by side (two connections):
+- the rows: new responses and endings are due at once, so a transaction starts as soon as the
+  one before has landed;
+- the logs: the running responses' new events are due every `interval` seconds, all of them in
+  the same transaction, a row per response, or as soon as the transaction before has landed
+  when a reader waits for them (`hurry`): a held event log (`oars.eventlog`) shows its readers
+  only what the store has, so these are on every streamed token's way. In one line with the
+  rows, they waited behind endings (64 streams ending together took 15-25 ms on PostgreSQL,
+  their logs 2-3 ms) and a stream's last delta waited for its ending.
+A response's logs start once its first write has landed (its first events, if a reader waits,
+with whichever line is free first), and its ending waits for the transaction that carries its
+events (or is about to, a reader waiting): its last tokens reach the client after a write of
+logs, its ending after that.
 
 A transaction that fails fails everything in it: each waiter gets the `StoreUnavailable`, and a
 run whose events were in it fails too (its log could not be kept).
@@ -23,7 +27,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 from oars.errors import StoreUnavailable
@@ -38,6 +42,9 @@ class _Log(Protocol):
     def events(self) -> Sequence[Event]: ...
 
     def release(self, upto: int) -> None: ...
+
+    @property
+    def waited(self) -> bool: ...
 
 
 class Running(Protocol):
@@ -76,6 +83,10 @@ class Kept:
         if self.error is not None:
             raise self.error
 
+    def pending_count(self) -> int:
+        """How many of its events are not written yet."""
+        return len(self.running.log.events) - self.written
+
     def pending(self) -> tuple[Logged, int] | None:
         """Its events not written yet (with its snapshot if its status moved), and how far."""
         events = self.running.log.events[self.written :]
@@ -92,26 +103,27 @@ class Kept:
 
 
 class Writer:
-    """The group commit of one replica's runs (see the module's docstring). Its task starts with
-    the first write asked of it and lives until `close`."""
+    """The group commit of one replica's runs (see the module's docstring): two tasks, one for
+    the logs and one for the rows (new responses and endings), each writing a transaction at a
+    time; they start with the first write asked and live until `close`."""
 
     def __init__(self, store: Store, *, interval: float = 0.1) -> None:
         self.store, self.interval = store, interval
         self._begins: list[tuple[NewResponse, asyncio.Future[None]]] = []
         self._ends: list[tuple[Kept, Finished, asyncio.Future[None]]] = []
         self._running: dict[Kept, None] = {}  # responses whose log is written as it grows
+        self._logging: set[Kept] = set()  # those whose events are in a transaction in flight
+        self._early: set[Kept] = set()  # first events a reader waits for: either line takes them
         self._next_log = 0.0
-        self._hurried = False  # a reader waits for events not written yet
-        self._alone = False  # the last transaction was logs alone, rows waiting
-        self._due: asyncio.Event | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._logs = _Task(self._write_logs, "store writer: logs")
+        self._rows = _Task(self._write_rows, "store writer: rows")
 
     def begin(self, new: NewResponse) -> asyncio.Future[None]:
         """Keep a response that starts now: the future is done once it is kept (the caller
         goes on meanwhile, to open its engine)."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._begins.append((new, future))
-        self._wake()
+        self._rows.wake()
         return future
 
     def withdraw(self, begun: asyncio.Future[None]) -> bool:
@@ -130,28 +142,155 @@ class Writer:
         kept = Kept(running, begun, logged=logged)
         if logged:
             self._running[kept] = None
-            self._wake()
+            self._logs.wake(self._log_wait)
         return kept
 
     def hurry(self) -> None:
         """A reader waits for events not written yet: write the logs in the next transaction,
         which starts as soon as the one in flight has landed."""
-        self._hurried = True
         self._next_log = 0.0
-        self._wake()
+        self._logs.wake(self._log_wait)
 
     async def finish(self, kept: Kept, done: Finished) -> None:
         """The response ended: keep `done`, after the rest of its log (nothing if its first
-        write never landed). Return once it is kept. Until a transaction takes the ending, the
-        log's events still go with the others' (a reader may wait for its last ones)."""
+        write never landed). Return once it is kept."""
         await asyncio.wait([kept.begun])
         if not kept.ready:
             self._running.pop(kept, None)
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._ends.append((kept, done, future))
-        self._wake()
+        self._rows.wake()
         await future
+
+    async def close(self) -> None:
+        await self._logs.close()
+        await self._rows.close()
+
+    def _log_wait(self) -> float | None:
+        """How long the logs' task may wait before its next transaction."""
+        return max(0.0, self._next_log - time.monotonic()) if self._running else None
+
+    async def _write_rows(self) -> None:
+        # An ending waits while its response's events are in the logs' transaction (its tail
+        # follows them), or are due there at once: a reader waits for them, and they reach it
+        # sooner in a write of logs than in one of endings.
+        logs_now = time.monotonic() >= self._next_log
+        begins = [(new, f) for new, f in self._begins if not f.cancelled()]
+        ends: list[tuple[Kept, Finished, asyncio.Future[None]]] = []
+        waiting: list[tuple[Kept, Finished, asyncio.Future[None]]] = []
+        for end in self._ends:
+            kept = end[0]
+            unwritten = kept.logged and kept.error is None and kept.pending_count() > 0
+            wait = kept in self._logging or (logs_now and unwritten)
+            (waiting if wait else ends).append(end)
+        self._begins, self._ends = [], waiting
+        for kept, _, _ in ends:
+            self._running.pop(kept, None)
+        finished = [_with_tail(kept, done) for kept, done, _ in ends]
+        early, self._early = self._take_logs(self._early), set()
+        if not (begins or finished or early):
+            return
+        futures = [f for _, f in begins] + [f for _, _, f in ends]
+        try:
+            await self._write_logs_with(Writes([n for n, _ in begins], (), finished), early)
+        except StoreUnavailable as error:  # its waiters get the error
+            for future in futures:
+                if not future.done():
+                    future.set_exception(error)
+            return
+        for future in futures:
+            if not future.done():
+                future.set_result(None)
+        # Events made while their response's first write was in flight were left out of the
+        # logs' transactions. If a reader waits for them, the first line free writes them:
+        # the logs' is often in flight, and a stream's first token waited for it.
+        landed = {id(f) for _, f in begins}
+        self._early = {
+            kept
+            for kept in self._running
+            if id(kept.begun) in landed and kept.pending_count() and kept.running.log.waited
+        }
+        if self._early:
+            self.hurry()
+            self._rows.wake()
+
+    async def _write_logs(self) -> None:
+        try:
+            await self._write_due_logs()
+        finally:
+            if self._ends:
+                self._rows.wake()  # endings that waited for these events
+
+    async def _write_due_logs(self) -> None:
+        if not self._running or time.monotonic() < self._next_log:
+            return
+        self._next_log = time.monotonic() + self.interval
+        logs = self._take_logs(self._running)
+        if logs:
+            with contextlib.suppress(StoreUnavailable):  # its runs fail (`Kept.check`)
+                await self._write_logs_with(Writes(), logs)
+
+    def _take_logs(self, kepts: Iterable[Kept]) -> list[tuple[Kept, Logged, int]]:
+        """The events not written yet of those of `kepts` that no transaction in flight
+        carries, now in flight."""
+        logs: list[tuple[Kept, Logged, int]] = []
+        for kept in kepts:
+            if kept.ready and kept.error is None and kept not in self._logging:
+                due = kept.pending()
+                if due is not None:
+                    logs.append((kept, *due))
+        self._logging.update(kept for kept, _, _ in logs)
+        return logs
+
+    async def _write_logs_with(self, writes: Writes, logs: list[tuple[Kept, Logged, int]]) -> None:
+        """`writes` with `logs` in one transaction; their events released once it lands, their
+        runs failed (and `StoreUnavailable` raised) if it does not."""
+        try:
+            logged = [entry for _, entry, _ in logs]
+            await self.store.write(Writes(writes.begun, logged, writes.finished))
+        except Exception as exc:  # the tasks must outlive any one write
+            error = _unavailable(exc)
+            for kept, _, _ in logs:
+                kept.error = error
+            if error is exc:
+                raise
+            raise error from exc
+        finally:
+            self._logging.difference_update(kept for kept, _, _ in logs)
+        for kept, _, upto in logs:
+            kept.written = upto
+            kept.running.log.release(upto)
+
+
+class _Task:
+    """A task that runs `write` again whenever woken, one at a time: what is asked while a
+    transaction is in flight goes in the next, which starts as soon as it has landed."""
+
+    def __init__(self, write: Callable[[], Awaitable[None]], name: str) -> None:
+        self.write, self.name = write, name
+        self._due: asyncio.Event | None = None
+        self._wait: Callable[[], float | None] = lambda: None
+        self._task: asyncio.Task[None] | None = None
+
+    def wake(self, wait: Callable[[], float | None] | None = None) -> None:
+        """Run `write` once more; `wait`: how long to wait for a wake before it runs anyway
+        (None: until woken)."""
+        if wait is not None:
+            self._wait = wait
+        if self._due is None:
+            self._due = asyncio.Event()
+        self._due.set()
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run(), name=self.name)
+
+    async def _run(self) -> None:
+        assert self._due is not None
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._due.wait(), self._wait())
+            self._due.clear()
+            await self.write()
 
     async def close(self) -> None:
         if self._task is not None:
@@ -160,63 +299,12 @@ class Writer:
                 await self._task
             self._task = None
 
-    def _wake(self) -> None:
-        if self._due is None:
-            self._due = asyncio.Event()
-        self._due.set()
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._run(), name="store writer")
 
-    async def _run(self) -> None:
-        assert self._due is not None
-        while True:
-            if not (self._begins or self._ends):
-                wait = max(0.0, self._next_log - time.monotonic()) if self._running else None
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._due.wait(), wait)
-            self._due.clear()
-            await self._write()
-
-    async def _write(self) -> None:
-        logs_due = bool(self._running) and time.monotonic() >= self._next_log
-        alone = logs_due and self._hurried and not self._alone and bool(self._begins or self._ends)
-        self._alone, self._hurried = alone, False
-        begins: list[tuple[NewResponse, asyncio.Future[None]]] = []
-        ends: list[tuple[Kept, Finished, asyncio.Future[None]]] = []
-        if not alone:
-            begins = [(new, f) for new, f in self._begins if not f.cancelled()]
-            ends, self._begins, self._ends = self._ends, [], []
-        for kept, _, _ in ends:
-            self._running.pop(kept, None)
-        logs: list[tuple[Kept, Logged, int]] = []
-        if logs_due:
-            self._next_log = time.monotonic() + self.interval
-            for kept in self._running:
-                due = kept.pending() if kept.ready and kept.error is None else None
-                if due is not None:
-                    logs.append((kept, *due))
-        finished = [_with_tail(kept, done) for kept, done, _ in ends]
-        if not (begins or logs or finished):
-            return
-        writes = Writes([new for new, _ in begins], [entry for _, entry, _ in logs], finished)
-        try:
-            await self.store.write(writes)
-        except Exception as exc:  # the loop must outlive any one write; its waiters get the error
-            if not isinstance(exc, StoreUnavailable):
-                log.exception("a write to the store failed")
-                exc = StoreUnavailable(f"The response store failed a write: {exc}")
-            for kept, _, _ in logs:
-                kept.error = exc
-            for future in [f for _, f in begins] + [f for _, _, f in ends]:
-                if not future.done():
-                    future.set_exception(exc)
-            return
-        for kept, _, upto in logs:
-            kept.written = upto
-            kept.running.log.release(upto)
-        for future in [f for _, f in begins] + [f for _, _, f in ends]:
-            if not future.done():
-                future.set_result(None)
+def _unavailable(exc: Exception) -> StoreUnavailable:
+    if isinstance(exc, StoreUnavailable):
+        return exc
+    log.exception("a write to the store failed")
+    return StoreUnavailable(f"The response store failed a write: {exc}")
 
 
 def _with_tail(kept: Kept, done: Finished) -> Finished:

@@ -204,14 +204,15 @@ def _sqlite_transaction(
 
 
 class PostgresLane:
-    """PostgreSQL's lane: a thread running an event loop of its own, with one connection of the
-    driver's (asyncpg) on it: the serving loop waits for one answer per transaction, not one per
+    """PostgreSQL's lane: a thread running an event loop of its own, with connections of the
+    driver's (asyncpg) on it, one a transaction in flight (the writer has two lines,
+    `oars.writer`): the serving loop waits for one answer per transaction, not one per
     statement.
 
     A transaction's work runs on the driver itself (in a greenlet, the way SQLAlchemy runs
     synchronous code on an asynchronous driver), not through SQLAlchemy's engine, whose pool
     checkout, ping, transaction and cursor took a write of 20 responses' logs from 1.9 to 3.0 ms
-    (p50, idle), all of it Python holding the GIL beside the serving loop. The connection is
+    (p50, idle), all of it Python holding the GIL beside the serving loop. A connection is
     checked as each transaction begins: one that died while idle (the server restarted, a proxy
     closed it) is replaced before any of the work is sent, and one that fails during a
     transaction is dropped (the writer fails what that transaction carried).
@@ -223,7 +224,7 @@ class PostgresLane:
         self.thread = threading.Thread(target=self.loop.run_forever, name="store writes")
         self.thread.daemon = True
         self.thread.start()
-        self._conn: asyncpg.Connection | None = None  # opened and used on the lane's loop
+        self._idle: list[asyncpg.Connection] = []  # opened and used on the lane's loop
 
     async def transaction(self, work: Callable[..., T], *args: Any) -> T:
         return await self._on_lane(self._run(work, args))
@@ -231,43 +232,42 @@ class PostgresLane:
     async def _run(self, work: Callable[..., T], args: tuple[Any, ...]) -> T:
         try:
             conn, transaction = await self._begin()
-            try:
-                tx = Tx(_PostgresCursor(conn), _POSTGRES, _POSTGRES_ERRORS)
-                result = await greenlet_spawn(work, tx, *args)
-            except BaseException:
-                if isinstance(_cause(), asyncpg.PostgresError):  # the server's no: undone
-                    await transaction.rollback()
-                else:
-                    self._drop()
-                raise
-            await transaction.commit()
-            return result
         except _POSTGRES_ERRORS as exc:
-            self._drop()
             raise unavailable(exc) from exc
+        try:
+            tx = Tx(_PostgresCursor(conn), _POSTGRES, _POSTGRES_ERRORS)
+            result = await greenlet_spawn(work, tx, *args)
+            await transaction.commit()
+        except BaseException as exc:
+            refused = isinstance(_cause(), asyncpg.PostgresError)  # the server's no
+            if refused and await _undone(conn, transaction):
+                self._idle.append(conn)
+            else:
+                conn.terminate()
+            if isinstance(exc, _POSTGRES_ERRORS):
+                raise unavailable(exc) from exc
+            raise
+        self._idle.append(conn)
+        return result
 
     async def _begin(self) -> tuple[asyncpg.Connection, Any]:
-        """The lane's connection, in a transaction begun. A connection that died while idle
+        """An idle connection (or a new one), in a transaction begun. One that died while idle
         (the server restarted, a proxy closed it) fails here, before anything of the work was
         sent: then once more, on a new one."""
         for attempt in (1, 2):
-            if self._conn is None or self._conn.is_closed():
-                self._conn = await asyncpg.connect(self.dsn, timeout=10, command_timeout=30)
-            transaction = self._conn.transaction()
+            conn = self._idle.pop() if self._idle else None
+            if conn is None or conn.is_closed():
+                conn = await asyncpg.connect(self.dsn, timeout=10, command_timeout=30)
+            transaction = conn.transaction()
             try:
                 await transaction.start()
             except _POSTGRES_ERRORS:
-                self._drop()
+                conn.terminate()
                 if attempt == 2:
                     raise
                 continue
-            return self._conn, transaction
+            return conn, transaction
         raise AssertionError("unreachable")
-
-    def _drop(self) -> None:
-        if self._conn is not None:
-            conn, self._conn = self._conn, None
-            conn.terminate()
 
     async def _on_lane(self, work: Coroutine[Any, Any, T]) -> T:
         """Run `work` on the lane (cancelled there if its caller is cancelled)."""
@@ -280,12 +280,24 @@ class PostgresLane:
         self.loop.close()
 
     async def _close(self) -> None:
-        if self._conn is not None:
-            conn, self._conn = self._conn, None
+        idle, self._idle = self._idle, []
+        for conn in idle:
             try:
                 await conn.close(timeout=5)
             except (*_POSTGRES_ERRORS, asyncio.CancelledError):
                 conn.terminate()
+
+
+async def _undone(conn: asyncpg.Connection, transaction: Any) -> bool:
+    """Roll back a transaction the server refused a statement of; False: the connection is no
+    longer of use."""
+    if conn.is_closed():
+        return False
+    try:
+        await transaction.rollback()
+    except _POSTGRES_ERRORS:
+        return False
+    return True
 
 
 def _cause() -> BaseException | None:

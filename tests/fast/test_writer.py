@@ -127,23 +127,28 @@ def test_logs_nobody_reads_are_written_every_interval(store_url: str) -> None:
 
 
 class _Stepped(SqlStore):
-    """A real store whose transactions land one at a time, as the test lets them (`step`)."""
+    """A real store whose transactions land one at a time, as the test lets them: those of
+    logs alone (`step("logs")`) and the others (`step("rows")`)."""
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
         self.taken: list[Writes] = []  # each transaction, once the writer has started it
-        self._permits: asyncio.Queue[None] = asyncio.Queue()
+        self._permits = {"logs": asyncio.Queue[None](), "rows": asyncio.Queue[None]()}
 
     async def write(self, writes: Writes) -> None:
         self.taken.append(writes)
-        await self._permits.get()
+        line = "rows" if writes.begun or writes.finished else "logs"
+        await self._permits[line].get()
         await super().write(writes)
 
-    async def step(self, taken: int) -> None:
-        """Let the transaction in flight land, once the writer has started `taken` of them."""
-        while len(self.taken) < taken:
+    def step(self, line: str) -> None:
+        self._permits[line].put_nowait(None)
+
+    async def started(self, count: int) -> Writes:
+        """The `count`th transaction, once the writer has started it."""
+        while len(self.taken) < count:
             await asyncio.sleep(0.001)
-        self._permits.put_nowait(None)
+        return self.taken[count - 1]
 
 
 @dataclass
@@ -159,11 +164,11 @@ class _Run:
         return _snapshot(self.status, self.id)
 
 
-def test_events_a_reader_waits_for_go_ahead_of_endings(store_url: str) -> None:
-    """A client waits for a stream's events while another response's ending and a new response
-    are due: the events go in a transaction of their own, ahead (rows are the heavier writes),
-    and reach the client when it lands; the ending and the new response go right after, though
-    the client waits again meanwhile (they are never held back twice)."""
+def test_logs_and_rows_are_written_side_by_side(store_url: str) -> None:
+    """A client waits for a stream's events while a new response is being kept: the events go
+    in a transaction of their own beside it, and reach the client before it lands. Another
+    response ends while its last events are in that transaction: its ending waits for them,
+    then carries only its own events."""
 
     def delta(n: int) -> dict[str, Any]:
         return {"type": "response.output_text.delta", "sequence_number": n, "delta": f"d{n}"}
@@ -179,15 +184,12 @@ def test_events_a_reader_waits_for_go_ahead_of_endings(store_url: str) -> None:
         try:
             runs = {name: _Run(f"resp_{name}") for name in ("a", "b")}
             begun = {name: writer.begin(new(run.id)) for name, run in runs.items()}
-            await store.step(1)
+            store.step("rows")
             kept = {}
             for name, run in runs.items():
                 await begun[name]
                 kept[name] = writer.track(run, begun[name], logged=True)
                 run.log.hold(writer.hurry)
-            in_flight = writer.begin(new("resp_c"))  # a transaction the others queue behind
-            await asyncio.sleep(0.01)
-            assert len(store.taken) == 2
 
             seen: list[int] = []
 
@@ -196,40 +198,72 @@ def test_events_a_reader_waits_for_go_ahead_of_endings(store_url: str) -> None:
                     seen.extend(event["sequence_number"] for event in batch)
 
             reader = asyncio.create_task(read())
-            runs["a"].log.append([delta(0), delta(1)])
             runs["b"].log.append([delta(0)])
+            runs["a"].log.append([delta(0), delta(1)])  # the client waits for these
+            logs = await store.started(2)
+            assert not logs.begun and not logs.finished
+            assert {batch.response_id for batch in logs.logged} == {"resp_a", "resp_b"}
+
             done = Finished("resp_b", _snapshot("completed", "resp_b"), [delta(1)])
             ending = asyncio.create_task(writer.finish(kept["b"], done))
-            new_d = writer.begin(new("resp_d"))
+            new_c = writer.begin(new("resp_c"))
+            rows = await store.started(3)  # the new response, not resp_b's ending yet
+            assert [n.response.id for n in rows.begun] == ["resp_c"] and not rows.finished
             await asyncio.sleep(0.01)
-            assert seen == []  # nothing released before the store has it
+            assert seen == [] and len(store.taken) == 3  # nothing seen before it is stored
 
-            await store.step(2)  # resp_c lands; the waited-for events go next, alone
-            while len(store.taken) < 3:
-                await asyncio.sleep(0.001)
-            first = store.taken[2]
-            assert not first.begun and not first.finished
-            assert {batch.response_id for batch in first.logged} == {"resp_a", "resp_b"}
-            runs["a"].log.append([delta(2)])  # the client waits for this one too
-            await store.step(3)
+            store.step("logs")  # the events land while the new response is in flight
             while seen != [0, 1]:
                 await asyncio.sleep(0.001)
+            assert not new_c.done()
 
-            await store.step(4)
-            after = store.taken[3]
-            assert [n.response.id for n in after.begun] == ["resp_d"]
-            [finished] = after.finished
+            store.step("rows")
+            await new_c
+            last = await store.started(4)
+            [finished] = last.finished
             assert finished.response_id == "resp_b" and list(finished.events) == [delta(1)]
-            assert [(b.response_id, list(b.events)) for b in after.logged] == [
-                ("resp_a", [delta(2)])
-            ]
-            await asyncio.wait_for(asyncio.gather(ending, new_d, in_flight), 5)
-            while seen != [0, 1, 2]:
-                await asyncio.sleep(0.001)
+            store.step("rows")
+            await asyncio.wait_for(ending, 5)
+            assert await store.events("resp_b", after=-1) == [delta(0), delta(1)]
+            assert await store.events("resp_a", after=-1) == [delta(0), delta(1)]
             runs["a"].log.close()
             await reader
-            assert await store.events("resp_b", after=-1) == [delta(0), delta(1)]
-            assert await store.events("resp_a", after=-1) == [delta(n) for n in range(3)]
+        finally:
+            await writer.close()
+            await store.close()
+
+    asyncio.run(go())
+
+
+def test_events_made_before_the_first_write_landed_follow_it(store_url: str) -> None:
+    """A stream's first events come while its response's first write is in flight (the engine
+    answers meanwhile): they cannot be logged before it lands, and go in the logs' next
+    transaction once it has, not an interval later."""
+    event = {"type": "response.output_text.delta", "sequence_number": 0, "delta": "a"}
+
+    async def go() -> None:
+        store = _Stepped(store_url)
+        await store.open()
+        writer = Writer(store, interval=60.0)
+        try:
+            run = _Run("resp_a")
+            stored = StoredResponse(_snapshot("in_progress", "resp_a"), streamed=True, owner="r")
+            begun = writer.begin(NewResponse(stored, []))
+            await store.started(1)
+            writer.track(run, begun, logged=True)
+            run.log.hold(writer.hurry)
+            follow = run.log.follow()
+            first = asyncio.ensure_future(anext(follow))
+            run.log.append([event])
+            await asyncio.sleep(0.01)
+            assert len(store.taken) == 1 and not first.done()  # not before the response row
+            store.step("rows")
+            logs = await asyncio.wait_for(store.started(2), 5)
+            assert [batch.response_id for batch in logs.logged] == ["resp_a"]
+            store.step("logs")
+            assert await asyncio.wait_for(first, 5) == [event]
+            run.log.close()
+            assert await anext(follow, None) is None
         finally:
             await writer.close()
             await store.close()
