@@ -206,3 +206,24 @@ def test_api_keys_and_nothing_is_kept(tmp_path: Path) -> None:
             stored("resp_" + done.id.removeprefix("chatcmpl-"))
         anonymous = httpx.post(f"{url}/v1/chat/completions", json={"model": "m", "messages": HI})
     assert anonymous.status_code == 401
+
+
+def test_a_failure_mid_stream_is_an_error_chunk() -> None:
+    with _client(ScriptedEngine(["Hi", ScriptedEngine.FAIL])) as (client, url):
+        with pytest.raises(openai.APIError):
+            _stream(client)
+        body = {"model": "m", "messages": HI, "stream": True}
+        r = httpx.post(f"{url}/v1/chat/completions", json=body)
+    blocks = [b for b in r.text.split("\n\n") if b]
+    assert blocks[-2].startswith('data: {"error":') and blocks[-1] == "data: [DONE]"
+
+
+def test_logprobs_are_the_texts() -> None:
+    with _client(ScriptedEngine(["Hel", "lo"], logprobs=True)) as (client, _):
+        done = client.chat.completions.create(model="m", messages=HI, logprobs=True, top_logprobs=2)
+        chunks = _stream(client, logprobs=True)
+    logprobs = done.choices[0].logprobs
+    assert logprobs is not None and logprobs.content is not None
+    assert "".join(t.token for t in logprobs.content) == "Hello"
+    streamed = [t for c in chunks if c.choices for t in (c.choices[0].logprobs.content or [])]  # type: ignore[union-attr]
+    assert "".join(t.token for t in streamed) == "Hello"
