@@ -40,27 +40,18 @@ def _client(server: str) -> openai.OpenAI:
 
 
 def test_forced_call_whole_and_streamed(server: str) -> None:
+    body: dict[str, Any] = {
+        "model": "default",
+        "messages": QUESTION,
+        "tools": [WEATHER],
+        "tool_choice": FORCED,
+        "max_completion_tokens": 48,
+        "temperature": 0,
+    }
     with _client(server) as client:
-        done = client.chat.completions.create(
-            model="default",
-            messages=QUESTION,
-            tools=[WEATHER],
-            tool_choice=FORCED,
-            max_completion_tokens=48,
-            temperature=0,
-        )
-        chunks = list(
-            client.chat.completions.create(
-                model="default",
-                messages=QUESTION,
-                tools=[WEATHER],
-                tool_choice=FORCED,
-                max_completion_tokens=48,
-                temperature=0,
-                stream=True,
-                stream_options={"include_usage": True},
-            )
-        )
+        done = client.chat.completions.create(**body)
+        options: Any = {"include_usage": True}
+        chunks = list(client.chat.completions.create(**body, stream=True, stream_options=options))
     calls = done.choices[0].message.tool_calls
     assert done.choices[0].finish_reason == "tool_calls" and calls is not None and len(calls) == 1
     call = calls[0]
