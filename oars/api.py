@@ -1,6 +1,6 @@
 """Wire shapes: every route's request and response types, for the OpenAPI document.
 
-The Responses and Conversations shapes are the openai SDK's own types: the ones the stream
+The Responses, Chat Completions and Conversations shapes are the openai SDK's own types: the ones the stream
 validator checks each event and final object against (`oars.validator`) and the ones the SDKs
 parse our answers with. What OpenAI's API has no type for (the error body, `/health`, a deleted
 response, the model list) is declared here, and the handlers build their answers from it.
@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from openai.types import Model
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from openai.types.chat import CompletionCreateParams as ChatCompletionCreateParams
 from openai.types.conversations import (
     Conversation,
     ConversationCreateParams,
@@ -34,6 +36,9 @@ from openai.types.responses import ResponseCompactParams as CompactParams
 from pydantic import BaseModel
 
 __all__ = [
+    "ChatCompletion",
+    "ChatCompletionChunk",
+    "ChatCompletionCreateParams",
     "CompactParams",
     "CompactedResponse",
     "Conversation",

@@ -26,7 +26,7 @@ from starlette.websockets import WebSocket
 
 from oars import api, logs
 from oars.errors import ClientError, EngineError, StoreUnavailable
-from oars.http import conversations, pages, responses, websocket
+from oars.http import chat, conversations, pages, responses, websocket
 from oars.http.common import JSON, Shared, error, shared
 from oars.http.openapi import Endpoint, Param, docs_page, document_bytes
 from oars.metrics import Metrics, timed_store
@@ -125,7 +125,7 @@ _RETRIEVE = [
     ),
 ]
 _CONVERSATION_ITEM = "/v1/conversations/{conversation_id}/items/{item_id}"
-R, C, OPS = "responses", "conversations", "operator"
+R, CHAT, C, OPS = "responses", "chat", "conversations", "operator"
 
 ENDPOINTS = (
     Endpoint(
@@ -193,6 +193,18 @@ ENDPOINTS = (
         R,
         returns=api.ResponseItemList,
         query=[*_PAGE, _INCLUDE],
+    ),
+    Endpoint(
+        "POST",
+        "/v1/chat/completions",
+        chat.create,
+        "Create a chat completion (streamed when `stream` is true): run as a response, "
+        "never stored",
+        CHAT,
+        api.ChatCompletionCreateParams,
+        api.ChatCompletion,
+        streams=True,
+        events=api.ChatCompletionChunk,
     ),
     Endpoint(
         "POST",

@@ -1,9 +1,13 @@
-"""What the route modules share: the app's state, JSON bodies, query parameters, list pages."""
+"""What the route modules share: the app's state, JSON bodies, query parameters, list pages,
+and a run read to its end (streamed or not) while its client listens."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,15 +15,18 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from oars.errors import InvalidRequest, NotFound, RequestTimeout, TooLarge
+from oars.events import Event
 from oars.ids import is_id
 from oars.metrics import Metrics
 from oars.normalize import ResponseRequest, normalize
-from oars.runs import Runs
+from oars.runs import RunHandle, Runs
 from oars.service import ResponsesService
 from oars.settings import Limits
 from oars.store import Page, Reads
 from oars.tenancy import Tenant
 from oars.turn import Turn
+
+log = logging.getLogger("oars.http")
 
 
 @dataclass
@@ -230,3 +237,36 @@ def page_wire(page: Page) -> dict[str, Any]:
         "last_id": data[-1]["id"] if data else None,
         "has_more": page.has_more,
     }
+
+
+async def follow_run(
+    handle: RunHandle, keepalive: float | None, *, owns: bool
+) -> AsyncIterator[list[Event]]:
+    """A reader of the run's log; one that owns the run stops it when the client goes away."""
+    try:
+        async for batch in handle.batches(-1, keepalive):
+            yield batch
+    finally:
+        if owns and not handle.done:
+            log.info("client disconnected; generation stopped")
+            handle.cancel()
+
+
+async def finish_unless_disconnected(handle: RunHandle, request: Request) -> bool:
+    """Wait for a non-streamed run to end, or stop it when the client goes away."""
+
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    result, watch = asyncio.ensure_future(handle.result()), asyncio.create_task(disconnected())
+    await asyncio.wait((result, watch), return_when=asyncio.FIRST_COMPLETED)
+    watch.cancel()
+    if result.done():
+        result.result()
+        return True
+    handle.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await result
+    log.info("client disconnected; generation stopped")
+    return False

@@ -43,6 +43,7 @@ class Endpoint:
     body: Any = None  # a type, or a media type string for a raw body
     returns: Any = None  # a type, or a media type string (text, HTML)
     streams: bool = False  # may answer text/event-stream events
+    events: Any = api.ResponseStreamEvent  # the type of a streamed event's `data`
     query: Sequence[Param] = ()
 
     def route(self) -> Route:
@@ -85,7 +86,7 @@ def _operation(e: Endpoint, schemas: dict[Any, dict[str, Any]]) -> dict[str, Any
         ok["content"] = _content(e.returns, schemas)
     if e.streams:
         ok["description"] = "OK: JSON, or server-sent events (one JSON event per `data:` line)"
-        ok.setdefault("content", {})["text/event-stream"] = {"schema": _sse(schemas)}
+        ok.setdefault("content", {})["text/event-stream"] = {"schema": _sse(e.events, schemas)}
     error = {"content": {"application/json": {"schema": schemas[api.ErrorBody]}}}
     op["responses"] = {
         "200": ok,
@@ -95,13 +96,13 @@ def _operation(e: Endpoint, schemas: dict[Any, dict[str, Any]]) -> dict[str, Any
     return op
 
 
-def _sse(schemas: dict[Any, dict[str, Any]]) -> dict[str, Any]:
-    """One server-sent event, as OpenAPI describes them: `event` names it, `data` holds the
-    event as JSON (`contentSchema`)."""
+def _sse(events: Any, schemas: dict[Any, dict[str, Any]]) -> dict[str, Any]:
+    """One server-sent event, as OpenAPI describes them: `event` names it (where the API names
+    its events), `data` holds the event as JSON (`contentSchema`)."""
     data = {
         "type": "string",
         "contentMediaType": "application/json",
-        "contentSchema": schemas[api.ResponseStreamEvent],
+        "contentSchema": schemas[events],
     }
     return {
         "type": "object",
@@ -113,7 +114,8 @@ def _sse(schemas: dict[Any, dict[str, Any]]) -> dict[str, Any]:
 def _types(endpoints: Sequence[Endpoint]) -> list[Any]:
     found = [api.ErrorBody, api.ResponseStreamEvent]
     for e in endpoints:
-        found += [t for t in (e.body, e.returns) if t is not None and not isinstance(t, str)]
+        kinds = (e.body, e.returns, e.events if e.streams else None)
+        found += [t for t in kinds if t is not None and not isinstance(t, str)]
     return list(dict.fromkeys(found))
 
 
@@ -220,7 +222,7 @@ section {{ border-top: 1px solid #ddd; padding: .5rem 0; }}
 pre {{ background: #f6f6f6; padding: .5rem; overflow: auto; max-height: 24rem; }}
 </style></head><body>
 <h1>oars API <small>{version}</small></h1>
-<p>The OpenAI Responses API and its stored-state routes, served by oars. The whole document:
+<p>The OpenAI Responses API and its stored-state routes, and Chat Completions, served by oars. The whole document:
 <a href="/openapi.json">/openapi.json</a> (OpenAPI 3.1). Try it in the <a href="/">playground</a>.</p>
 {rows}
 </body></html>

@@ -3,8 +3,6 @@ is not in the background stops its run when its client goes away."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -19,6 +17,8 @@ from oars.events import Event
 from oars.http.common import (
     JSON,
     create_request,
+    finish_unless_disconnected,
+    follow_run,
     list_page,
     open_turn,
     page_wire,
@@ -32,7 +32,6 @@ from oars.http.common import (
 from oars.http.sse import encode_batches
 from oars.ids import new_id
 from oars.normalize import ENCRYPTED_REASONING, INCLUDABLE, normalize_compact
-from oars.runs import RunHandle
 from oars.turn import items_of
 
 log = logging.getLogger("oars.http")
@@ -51,10 +50,10 @@ async def create(request: Request) -> Response:
     handle = await view(request).submit(req)
     if req.stream:
         keepalive = shared(request).limits.keepalive_seconds
-        return _sse(_read(handle, keepalive, owns=not req.background))
+        return _sse(follow_run(handle, keepalive, owns=not req.background))
     if req.background:
         return JSON(handle.initial)
-    if not await _finish_unless_disconnected(handle, request):
+    if not await finish_unless_disconnected(handle, request):
         return Response(status_code=499)  # nobody is listening; the engine has stopped
     response = handle.snapshot
     if handle.unkept:
@@ -62,39 +61,6 @@ async def create(request: Request) -> Response:
     if response["status"] == "failed":
         raise handle.generation.error or EngineError(response["error"]["message"])
     return JSON(response)
-
-
-async def _read(
-    handle: RunHandle, keepalive: float | None, *, owns: bool
-) -> AsyncIterator[list[Event]]:
-    """A reader of the run's log; one that owns the run stops it when the client goes away."""
-    try:
-        async for batch in handle.batches(-1, keepalive):
-            yield batch
-    finally:
-        if owns and not handle.done:
-            log.info("client disconnected; generation stopped")
-            handle.cancel()
-
-
-async def _finish_unless_disconnected(handle: RunHandle, request: Request) -> bool:
-    """Wait for a non-streamed run to end, or stop it when the client goes away."""
-
-    async def disconnected() -> None:
-        while (await request.receive())["type"] != "http.disconnect":
-            pass
-
-    result, watch = asyncio.ensure_future(handle.result()), asyncio.create_task(disconnected())
-    await asyncio.wait((result, watch), return_when=asyncio.FIRST_COMPLETED)
-    watch.cancel()
-    if result.done():
-        result.result()
-        return True
-    handle.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await result
-    log.info("client disconnected; generation stopped")
-    return False
 
 
 def _include(request: Request) -> list[str]:
