@@ -291,11 +291,7 @@ def test_the_lane_replaces_a_connection_the_server_closed(postgres_server: str) 
                     )
                 )
                 assert [row[0] for row in ended] == [True]  # the lane's connection
-            done = Finished("resp_1", _snapshot("completed"), [event])
-            await store.write(Writes(finished=[done]))
-            got = await store.get("resp_1")
-            assert got is not None and got.snapshot["status"] == "completed"
-            assert await store.events("resp_1", after=-1) == [event]
+            await _end_resp_1(store, event)
         finally:
             await store.close()
 
@@ -471,6 +467,14 @@ def _snapshot(status: str, response_id: str = "resp_1") -> dict[str, Any]:
     return {"id": response_id, "created_at": 1, "status": status, "output": []}
 
 
+async def _end_resp_1(store: SqlStore, event: dict[str, Any]) -> None:
+    """resp_1 ends with `event`, and reads back completed with it: the store writes still."""
+    await store.write(Writes(finished=[Finished("resp_1", _snapshot("completed"), [event])]))
+    got = await store.get("resp_1")
+    assert got is not None and got.snapshot["status"] == "completed"
+    assert await store.events("resp_1", after=-1) == [event]
+
+
 def test_a_transaction_the_database_refuses_is_unavailable_and_undone(store_url: str) -> None:
     """The writer's statements run on the driver's own cursor: an error of the driver's (here a
     second response with the same id) is `StoreUnavailable`, a 503, not a 500, and nothing of
@@ -492,12 +496,7 @@ def test_a_transaction_the_database_refuses_is_unavailable_and_undone(store_url:
                 raise AssertionError("a second response resp_1 was kept")
             assert await store.events("resp_1", after=-1) == []
             assert await store.get("resp_2") is None
-            await store.write(
-                Writes(finished=[Finished("resp_1", _snapshot("completed"), [event])])
-            )
-            got = await store.get("resp_1")
-            assert got is not None and got.snapshot["status"] == "completed"
-            assert await store.events("resp_1", after=-1) == [event]
+            await _end_resp_1(store, event)
         finally:
             await store.close()
 
