@@ -188,7 +188,8 @@ class Writer:
         for kept, _, _ in ends:
             self._running.pop(kept, None)
         finished = [_with_tail(kept, done) for kept, done, _ in ends]
-        early, self._early = self._take_logs(self._early), set()
+        early = self._take_logs(kept for kept in self._early if kept in self._running)
+        self._early = set()
         if not (begins or finished or early):
             return
         futures = [f for _, f in begins] + [f for _, _, f in ends]
