@@ -135,22 +135,6 @@ class ValidationReport(BaseModel):
 # with the SDK's own types).
 
 
-class MessageCreateParams(BaseModel):
-    model: str
-    max_tokens: int
-    messages: list[dict[str, Any]]
-    system: str | list[dict[str, Any]] | None = None
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: dict[str, Any] | None = None
-    thinking: dict[str, Any] | None = None
-    stop_sequences: list[str] | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    metadata: dict[str, Any] | None = None
-    stream: bool | None = None
-
-
 class MessageCountTokensParams(BaseModel):
     model: str
     messages: list[dict[str, Any]]
@@ -158,6 +142,16 @@ class MessageCountTokensParams(BaseModel):
     tools: list[dict[str, Any]] | None = None
     tool_choice: dict[str, Any] | None = None
     thinking: dict[str, Any] | None = None
+
+
+class MessageCreateParams(MessageCountTokensParams):
+    max_tokens: int
+    stop_sequences: list[str] | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    metadata: dict[str, Any] | None = None
+    stream: bool | None = None
 
 
 class MessageTokensCount(BaseModel):

@@ -16,10 +16,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from oars.chat import Translation
-from oars.errors import InvalidRequest
-
-Json = dict[str, Any]
+from oars.translation import Json, Translation, message_items
+from oars.translation import fail as _fail
+from oars.translation import typed as _typed
 
 _SAME = frozenset({"model", "temperature", "top_p", "top_k"})
 # `metadata` (a user id), `service_tier` and `inference_geo` are about Anthropic's accounts, and
@@ -33,19 +32,9 @@ _CHOICES = {"auto": "auto", "any": "required", "none": "none"}
 _BUDGETS = ((2048, "low"), (8192, "medium"))
 
 
-def _fail(message: str, param: str, code: str = "invalid_value") -> InvalidRequest:
-    return InvalidRequest(message, param=param, code=code)
-
-
-def _typed(value: Any, kind: type | tuple[type, ...], param: str, wanted: str) -> Any:
-    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
-        raise _fail(f"{param}: expected {wanted}.", param, "invalid_type")
-    return value
-
-
 def _required(body: Mapping[str, Any], key: str, param: str) -> Any:
     if body.get(key) is None:
-        raise _fail(f"{param}: Field required", param, "missing_required_parameter")
+        raise _fail(f"Missing required parameter: '{param}'.", param, "missing_required_parameter")
     return body[key]
 
 
@@ -59,14 +48,16 @@ def translate(body: Any, *, counting: bool = False) -> Translation:
     known = _SAME | (_READ - {"stream", "max_tokens"} if counting else _READ)
     for key in body:
         if key not in known:
-            raise _fail(f"{key}: Extra inputs are not permitted", key, "unknown_parameter")
+            raise _fail(f"Unrecognized request argument supplied: {key}", key, "unknown_parameter")
     out: Json = {k: v for k, v in body.items() if k in _SAME and v is not None}
     if not counting:
         out["max_output_tokens"] = _required(body, "max_tokens", "max_tokens")
     _required(body, "model", "model")
     items = _system(body.get("system"))
     offset = len(items)
-    made, from_messages = _items(_required(body, "messages", "messages"))
+    made, from_messages = message_items(
+        body.get("messages"), {"user": _user, "assistant": _assistant}
+    )
     items += made
     stream = body.get("stream")
     out |= {"input": items, "store": False, "stream": bool(stream is not None and stream)}
@@ -109,27 +100,19 @@ def _text(block: Mapping[str, Any], where: str) -> str:
     return text
 
 
-def _items(messages: Any) -> tuple[list[Json], list[int]]:
-    """The messages as input items, and for each item the index of the message it came from."""
-    if not _typed(messages, list, "messages", "an array"):
-        raise _fail("messages: at least one message is required.", "messages")
-    items: list[Json] = []
-    sources: list[int] = []
-    for i, message in enumerate(messages):
-        param = f"messages[{i}]"
-        _typed(message, dict, param, "an object")
-        role = message.get("role")
-        if role not in ("user", "assistant"):
-            raise _fail(
-                f"{param}.role: expected 'user' or 'assistant', got {role!r}.", f"{param}.role"
-            )
-        content = _required(message, "content", f"{param}.content")
-        if isinstance(content, str):
-            content = [{"type": "text", "text": content}]
-        made = _blocks(role, _typed(content, list, f"{param}.content", "a string or blocks"), param)
-        items += made
-        sources += [i] * len(made)
-    return items, sources
+def _user(message: Json, param: str) -> list[Json]:
+    return _blocks("user", _content(message, param), param)
+
+
+def _assistant(message: Json, param: str) -> list[Json]:
+    return _blocks("assistant", _content(message, param), param)
+
+
+def _content(message: Json, param: str) -> list[Any]:
+    content = _required(message, "content", f"{param}.content")
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return list(_typed(content, list, f"{param}.content", "a string or an array of blocks"))
 
 
 def _blocks(role: str, blocks: list[Any], param: str) -> list[Json]:

@@ -15,22 +15,23 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from oars.chat import Translation
-from oars.errors import ClientError, EngineError
+from oars.errors import ClientError
+from oars.events import Event
 from oars.http.common import (
     JSON,
     create_request,
-    finish_unless_disconnected,
-    follow_run,
+    finished,
     open_turn,
     read_json,
     shared,
+    translated_stream,
     view,
 )
 from oars.jsonfast import dumps_bytes
 from oars.messages import EventStream, message, translate
 from oars.normalize import ResponseRequest
 from oars.runs import RunHandle
+from oars.translation import Translation
 
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 _PING = b'event: ping\ndata: {"type":"ping"}\n\n'
@@ -59,11 +60,9 @@ async def create(request: Request) -> Response:
         keepalive = shared(request).limits.keepalive_seconds
         events = _events(handle, keepalive)
         return StreamingResponse(events, media_type="text/event-stream", headers=_SSE_HEADERS)
-    if not await finish_unless_disconnected(handle, request):
+    response = await finished(handle, request)
+    if response is None:
         return Response(status_code=499)  # nobody is listening; the engine has stopped
-    response = handle.snapshot
-    if response["status"] == "failed":
-        raise handle.generation.error or EngineError(response["error"]["message"])
     return JSON(message(response))
 
 
@@ -81,12 +80,11 @@ def _sse(name: str, data: Any) -> bytes:
 
 
 async def _events(handle: RunHandle, keepalive: float | None) -> AsyncIterator[bytes]:
-    """The run's events as named Messages events, one write per batch; `ping` while silent."""
+    """The run's events as named Messages events; `ping` while silent."""
     stream = EventStream()
-    async for batch in follow_run(handle, keepalive, owns=True):
-        if not batch:
-            yield _PING
-            continue
-        events = [out for event in batch for out in stream.feed(event)]
-        if events:
-            yield b"".join(_sse(name, data) for name, data in events)
+
+    def encode(event: Event) -> bytes:
+        return b"".join(_sse(name, data) for name, data in stream.feed(event))
+
+    async for data in translated_stream(handle, keepalive, encode, _PING):
+        yield data

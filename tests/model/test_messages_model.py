@@ -11,14 +11,10 @@ import jsonschema
 import pytest
 from anthropic.types import MessageParam, ToolParam
 
+from tests.model.test_chat_model import SCHEMA
+
 pytestmark = pytest.mark.model
 
-SCHEMA: dict[str, object] = {
-    "type": "object",
-    "properties": {"location": {"type": "string"}},
-    "required": ["location"],
-    "additionalProperties": False,
-}
 WEATHER: ToolParam = {
     "name": "get_weather",
     "description": "Get the current weather for a city.",
