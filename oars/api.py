@@ -36,6 +36,9 @@ from openai.types.responses import ResponseCompactParams as CompactParams
 from pydantic import BaseModel
 
 __all__ = [
+    "AnthropicError",
+    "AnthropicMessage",
+    "AnthropicStreamEvent",
     "ChatCompletion",
     "ChatCompletionChunk",
     "ChatCompletionCreateParams",
@@ -52,6 +55,9 @@ __all__ = [
     "InputTokenCountParams",
     "InputTokenCountResponse",
     "ItemCreateParams",
+    "MessageCountTokensParams",
+    "MessageCreateParams",
+    "MessageTokensCount",
     "Model",
     "ModelList",
     "Response",
@@ -121,3 +127,78 @@ class ValidationReport(BaseModel):
     violations: list[str]
     events: int
     final: dict[str, Any] | None
+
+
+# ---- Anthropic's Messages API (`/v1/messages`) ------------------------------------------------
+# The anthropic SDK is a test dependency, not a server one: these are the shapes oars answers
+# with, declared loosely where a block or an event has many forms (the tests parse every answer
+# with the SDK's own types).
+
+
+class MessageCountTokensParams(BaseModel):
+    model: str
+    messages: list[dict[str, Any]]
+    system: str | list[dict[str, Any]] | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: dict[str, Any] | None = None
+    thinking: dict[str, Any] | None = None
+
+
+class MessageCreateParams(MessageCountTokensParams):
+    max_tokens: int
+    stop_sequences: list[str] | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    metadata: dict[str, Any] | None = None
+    stream: bool | None = None
+
+
+class MessageTokensCount(BaseModel):
+    input_tokens: int
+
+
+class AnthropicUsage(BaseModel):
+    input_tokens: int
+    output_tokens: int
+    cache_creation_input_tokens: int | None
+    cache_read_input_tokens: int | None
+
+
+class AnthropicMessage(BaseModel):
+    id: str
+    type: Literal["message"]
+    role: Literal["assistant"]
+    model: str
+    content: list[dict[str, Any]]  # thinking, text and tool_use blocks
+    stop_reason: str | None
+    stop_sequence: str | None
+    usage: AnthropicUsage
+
+
+class AnthropicStreamEvent(BaseModel):
+    """The `data` of one Messages stream event: `type` names it, as its `event:` line does."""
+
+    type: Literal[
+        "message_start",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+        "ping",
+        "error",
+    ]
+
+
+class AnthropicErrorDetail(BaseModel):
+    type: str
+    message: str
+
+
+class AnthropicError(BaseModel):
+    """Every 4xx and 5xx answer of the Messages routes (inside a stream, an `error` event)."""
+
+    type: Literal["error"]
+    error: AnthropicErrorDetail
+    request_id: str | None = None

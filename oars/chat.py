@@ -19,9 +19,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from oars.errors import ClientError, InvalidRequest
-
-Json = dict[str, Any]
+from oars.translation import Json, Role, Translation, message_items
+from oars.translation import fail as _fail
+from oars.translation import typed as _typed
 
 # Fields passed to the Responses path under the same name (it validates them).
 _SAME = frozenset(
@@ -47,48 +47,21 @@ _REFUSED = {
 }
 
 
-def _fail(message: str, param: str, code: str = "invalid_value") -> InvalidRequest:
-    return InvalidRequest(message, param=param, code=code)
-
-
-def _typed(value: Any, kind: type | tuple[type, ...], param: str, wanted: str) -> Any:
-    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
-        raise _fail(f"Invalid type for '{param}': expected {wanted}.", param, "invalid_type")
-    return value
-
-
 @dataclass(frozen=True)
-class Translation:
-    """A chat request as the Responses path takes it (`body`), what only chat's answer needs,
-    and how to name a Responses parameter in chat's words (`renames`, by prefix)."""
+class ChatTranslation(Translation):
+    """A chat request as the Responses path takes it, and what only chat's answer needs."""
 
-    body: Json
     include_usage: bool = False
-    renames: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def stream(self) -> bool:
-        return bool(self.body.get("stream"))
 
     @property
     def logprobs(self) -> bool:
         return "include" in self.body
 
-    def rename(self, exc: ClientError) -> ClientError:
-        """The error, naming the chat parameter its Responses parameter came from."""
-        param = exc.param or ""
-        for old, new in self.renames:
-            if param == old or param.startswith((f"{old}.", f"{old}[")):
-                exc.param = new + param[len(old) :]
-                exc.message = exc.message.replace(f"'{old}", f"'{new}")
-                break
-        return exc
-
 
 # ---- the request ------------------------------------------------------------------------------
 
 
-def translate(body: Any) -> Translation:
+def translate(body: Any) -> ChatTranslation:
     """A chat body → a Responses body; 400 naming the chat parameter at fault."""
     if not isinstance(body, dict):
         raise _fail("The request body must be a JSON object.", "body", "invalid_type")
@@ -98,7 +71,7 @@ def translate(body: Any) -> Translation:
         if key not in _SAME and key not in _READ:
             raise _fail(f"Unrecognized request argument supplied: {key}", key, "unknown_parameter")
     _check_unsupported(body)
-    items, sources = _items(body.get("messages"))
+    items, sources = message_items(body.get("messages"), _ROLES)
     out: Json = {k: v for k, v in body.items() if k in _SAME and v is not None}
     out |= {"input": items, "store": False, "stream": _stream(body)}
     out |= _tools(body) | _format(body) | _reasoning(body) | _logprobs(body)
@@ -111,7 +84,7 @@ def translate(body: Any) -> Translation:
     if tokens is not None and body[tokens] is not None:
         out["max_output_tokens"] = body[tokens]
         renames.append(("max_output_tokens", tokens))
-    return Translation(out, _include_usage(body), tuple(renames))
+    return ChatTranslation(out, tuple(renames), _include_usage(body))
 
 
 def _check_unsupported(body: Mapping[str, Any]) -> None:
@@ -218,31 +191,6 @@ def _list(value: Any, param: str) -> list[Any]:
 # ---- messages → items -------------------------------------------------------------------------
 
 
-def _items(messages: Any) -> tuple[list[Json], list[int]]:
-    """The messages as input items, and for each item the index of the message it came from."""
-    if messages is None:
-        raise _fail(
-            "Missing required parameter: 'messages'.", "messages", "missing_required_parameter"
-        )
-    if not _list(messages, "messages"):
-        raise _fail("Invalid 'messages': expected at least one message.", "messages")
-    items: list[Json] = []
-    sources: list[int] = []
-    for i, message in enumerate(messages):
-        param = f"messages[{i}]"
-        _typed(message, dict, param, "an object")
-        role = message.get("role")
-        if role not in _ROLES:
-            raise _fail(
-                f"Invalid '{param}.role': expected one of {', '.join(_ROLES)}, got {role!r}.",
-                f"{param}.role",
-            )
-        made = _ROLES[role](message, param)
-        items += made
-        sources += [i] * len(made)
-    return items, sources
-
-
 def _user(message: Json, param: str) -> list[Json]:
     parts = _parts(message.get("content"), f"{param}.content", images=True)
     return [{"type": "message", "role": message["role"], "content": parts}]
@@ -292,7 +240,7 @@ def _tool_result(message: Json, param: str) -> list[Json]:
     return [{"type": "function_call_output", "call_id": call_id, "output": output}]
 
 
-_ROLES: dict[str, Callable[[Json, str], list[Json]]] = {
+_ROLES: dict[str, Role] = {
     "system": _system,
     "developer": _system,
     "user": _user,

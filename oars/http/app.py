@@ -14,6 +14,7 @@ import secrets
 import socket
 import time
 from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
@@ -26,9 +27,11 @@ from starlette.websockets import WebSocket
 
 from oars import api, logs
 from oars.errors import ClientError, EngineError, StoreUnavailable
-from oars.http import chat, conversations, pages, responses, websocket
-from oars.http.common import JSON, Shared, error, shared
+from oars.http import chat, conversations, messages, pages, responses, websocket
+from oars.http.common import JSON, Shared, shared
+from oars.http.messages import anthropic_path
 from oars.http.openapi import Endpoint, Param, docs_page, document_bytes
+from oars.messages import error_body
 from oars.metrics import Metrics, timed_store
 from oars.runs import Runs
 from oars.service import ResponsesService
@@ -74,33 +77,51 @@ async def docs(request: Request) -> Response:
     return HTMLResponse(docs_page(ENDPOINTS))
 
 
+def _body(message: str, type_: str, code: str | None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type_, "param": None, "code": code}}
+
+
+def _answer(
+    path: str, status: int, body: dict[str, Any], headers: dict[str, str] | None = None
+) -> JSON:
+    """Every error answer of the app: OpenAI's body, or on the Messages routes Anthropic's
+    (with the request id, in its body and in the `request-id` header the SDK reads)."""
+    if not anthropic_path(path):
+        return JSON(body, status_code=status, headers=headers)
+    rid = logs.request_id.get()
+    wire = error_body(status, body["error"]["message"], rid)
+    return JSON(wire, status_code=status, headers={**(headers or {}), "request-id": rid or ""})
+
+
 async def _client_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ClientError)
-    return JSON(exc.body(), status_code=exc.status, headers=exc.headers)
+    return _answer(request.url.path, exc.status, exc.body(), exc.headers)
 
 
 async def _engine_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, EngineError)
     log.error("engine error before streaming: %s", exc)
-    return JSON(exc.body(), status_code=exc.status)
+    return _answer(request.url.path, exc.status, exc.body())
 
 
 async def _store_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StoreUnavailable)
     log.error("%s %s: %s", request.method, request.url.path, exc)
-    return JSON(exc.body(), status_code=exc.status)
+    return _answer(request.url.path, exc.status, exc.body())
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
     message = f"{request.method} {request.url.path}: {exc.detail}"
-    return error(exc.status_code, message, "invalid_request_error", code)
+    body = _body(message, "invalid_request_error", code)
+    return _answer(request.url.path, exc.status_code, body)
 
 
 async def _server_error(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error", exc_info=exc)
-    return error(500, "internal server error", "server_error", "server_error")
+    body = _body("internal server error", "server_error", "server_error")
+    return _answer(request.url.path, 500, body)
 
 
 _PAGE = [
@@ -125,7 +146,7 @@ _RETRIEVE = [
     ),
 ]
 _CONVERSATION_ITEM = "/v1/conversations/{conversation_id}/items/{item_id}"
-R, CHAT, C, OPS = "responses", "chat", "conversations", "operator"
+R, CHAT, MSG, C, OPS = "responses", "chat", "messages", "conversations", "operator"
 
 ENDPOINTS = (
     Endpoint(
@@ -205,6 +226,29 @@ ENDPOINTS = (
         api.ChatCompletion,
         streams=True,
         events=api.ChatCompletionChunk,
+    ),
+    Endpoint(
+        "POST",
+        "/v1/messages",
+        messages.create,
+        "Create a message, Anthropic's Messages API (streamed when `stream` is true): run as "
+        "a response, never stored",
+        MSG,
+        api.MessageCreateParams,
+        api.AnthropicMessage,
+        streams=True,
+        events=api.AnthropicStreamEvent,
+        errors=api.AnthropicError,
+    ),
+    Endpoint(
+        "POST",
+        "/v1/messages/count_tokens",
+        messages.count_tokens,
+        "Count a Messages request's input tokens, as the model would see them",
+        MSG,
+        api.MessageCountTokensParams,
+        api.MessageTokensCount,
+        errors=api.AnthropicError,
     ),
     Endpoint(
         "POST",
@@ -434,7 +478,7 @@ def tenant(key: str) -> str:
 
 class Auth:
     """Plain ASGI middleware: with API keys, every route but the public ones needs
-    `Authorization: Bearer KEY` (401 otherwise), and the request's tenant is its key's."""
+    `Authorization: Bearer KEY` or `x-api-key: KEY` (401 otherwise), and the request's tenant is its key's."""
 
     def __init__(self, app: ASGIApp, keys: Sequence[str], public: frozenset[str]) -> None:
         self.app, self.public = app, public
@@ -446,20 +490,17 @@ class Auth:
         path = scope["path"]
         if path in self.public or path.startswith("/static/"):
             return await self.app(scope, receive, send)
-        given = _bearer(scope)
+        given = _key(scope)
         found = self.tenants.get(hashlib.sha256(given.encode()).digest()) if given else None
         if found is None:
             message = (
                 "Incorrect API key provided."
                 if given
-                else "You didn't provide an API key: send it as 'Authorization: Bearer KEY'."
+                else "You didn't provide an API key: send it as 'Authorization: Bearer KEY' "
+                "or 'x-api-key: KEY'."
             )
-            body = error(
-                401,
-                message,
-                "invalid_request_error",
-                "invalid_api_key" if given else "missing_api_key",
-            )
+            code = "invalid_api_key" if given else "missing_api_key"
+            body = _answer(path, 401, _body(message, "invalid_request_error", code))
             body.headers["www-authenticate"] = "Bearer"
             if scope["type"] == "websocket":
                 return await _deny(WebSocket(scope, receive, send), body)
@@ -476,11 +517,15 @@ async def _deny(websocket: WebSocket, response: Response) -> None:
         await websocket.close(code=1008, reason="unauthorized")
 
 
-def _bearer(scope: Scope) -> str | None:
+def _key(scope: Scope) -> str | None:
+    """The API key: `Authorization: Bearer KEY`, or `x-api-key: KEY` (Anthropic's clients)."""
     for name, value in scope["headers"]:
         if name == b"authorization":
             scheme, _, token = value.decode("latin-1").partition(" ")
-            return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+            if scheme.lower() == "bearer" and token.strip():
+                return str(token.strip())
+        elif name == b"x-api-key" and value.strip():
+            return str(value.decode("latin-1").strip())
     return None
 
 

@@ -11,15 +11,16 @@ from collections.abc import AsyncIterator
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from oars.chat import ChunkStream, Translation, completion, translate
-from oars.errors import ClientError, EngineError
+from oars.chat import ChatTranslation, ChunkStream, completion, translate
+from oars.errors import ClientError
+from oars.events import Event
 from oars.http.common import (
     JSON,
     create_request,
-    finish_unless_disconnected,
-    follow_run,
+    finished,
     read_json,
     shared,
+    translated_stream,
     view,
 )
 from oars.http.sse import KEEPALIVE
@@ -42,24 +43,21 @@ async def create(request: Request) -> Response:
         keepalive = shared(request).limits.keepalive_seconds
         chunks = _chunks(handle, chat, keepalive)
         return StreamingResponse(chunks, media_type="text/event-stream", headers=_SSE_HEADERS)
-    if not await finish_unless_disconnected(handle, request):
+    response = await finished(handle, request)
+    if response is None:
         return Response(status_code=499)  # nobody is listening; the engine has stopped
-    response = handle.snapshot
-    if response["status"] == "failed":
-        raise handle.generation.error or EngineError(response["error"]["message"])
     return JSON(completion(response, logprobs=chat.logprobs))
 
 
 async def _chunks(
-    handle: RunHandle, chat: Translation, keepalive: float | None
+    handle: RunHandle, chat: ChatTranslation, keepalive: float | None
 ) -> AsyncIterator[bytes]:
     """The run's events as `data:` lines of chunks, one write per batch, then `[DONE]`."""
     stream = ChunkStream(include_usage=chat.include_usage, logprobs=chat.logprobs)
-    async for batch in follow_run(handle, keepalive, owns=True):
-        if not batch:
-            yield KEEPALIVE
-            continue
-        chunks = [chunk for event in batch for chunk in stream.feed(event)]
-        if chunks:
-            yield b"".join(b"data: " + dumps_bytes(chunk) + b"\n\n" for chunk in chunks)
+
+    def encode(event: Event) -> bytes:
+        return b"".join(b"data: " + dumps_bytes(chunk) + b"\n\n" for chunk in stream.feed(event))
+
+    async for data in translated_stream(handle, keepalive, encode, KEEPALIVE):
+        yield data
     yield _DONE

@@ -7,14 +7,14 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from oars.errors import InvalidRequest, NotFound, RequestTimeout, TooLarge
+from oars.errors import EngineError, InvalidRequest, NotFound, RequestTimeout, TooLarge
 from oars.events import Event
 from oars.ids import is_id
 from oars.metrics import Metrics
@@ -270,3 +270,28 @@ async def finish_unless_disconnected(handle: RunHandle, request: Request) -> boo
         await result
     log.info("client disconnected; generation stopped")
     return False
+
+
+async def finished(handle: RunHandle, request: Request) -> dict[str, Any] | None:
+    """A stateless front door's run read to its end: its final response, or None when the
+    client went away (the engine stopped). A failed run raises its error: nothing was sent yet."""
+    if not await finish_unless_disconnected(handle, request):
+        return None
+    response = handle.snapshot
+    if response["status"] == "failed":
+        raise handle.generation.error or EngineError(response["error"]["message"])
+    return response
+
+
+async def translated_stream(
+    handle: RunHandle, keepalive: float | None, encode: Callable[[Event], bytes], idle: bytes
+) -> AsyncIterator[bytes]:
+    """A front door's stream: each batch of the run's events encoded in its wire form, one
+    write per batch; `idle` while the run is silent."""
+    async for batch in follow_run(handle, keepalive, owns=True):
+        if not batch:
+            yield idle
+            continue
+        data = b"".join(encode(event) for event in batch)
+        if data:
+            yield data

@@ -44,6 +44,7 @@ class Endpoint:
     returns: Any = None  # a type, or a media type string (text, HTML)
     streams: bool = False  # may answer text/event-stream events
     events: Any = api.ResponseStreamEvent  # the type of a streamed event's `data`
+    errors: Any = api.ErrorBody  # the type of a 4xx or 5xx answer
     query: Sequence[Param] = ()
 
     def route(self) -> Route:
@@ -87,7 +88,7 @@ def _operation(e: Endpoint, schemas: dict[Any, dict[str, Any]]) -> dict[str, Any
     if e.streams:
         ok["description"] = "OK: JSON, or server-sent events (one JSON event per `data:` line)"
         ok.setdefault("content", {})["text/event-stream"] = {"schema": _sse(e.events, schemas)}
-    error = {"content": {"application/json": {"schema": schemas[api.ErrorBody]}}}
+    error = {"content": {"application/json": {"schema": schemas[e.errors]}}}
     op["responses"] = {
         "200": ok,
         "4XX": {"description": "The request's fault, naming the parameter", **error},
@@ -114,7 +115,7 @@ def _sse(events: Any, schemas: dict[Any, dict[str, Any]]) -> dict[str, Any]:
 def _types(endpoints: Sequence[Endpoint]) -> list[Any]:
     found = [api.ErrorBody, api.ResponseStreamEvent]
     for e in endpoints:
-        kinds = (e.body, e.returns, e.events if e.streams else None)
+        kinds = (e.body, e.returns, e.events if e.streams else None, e.errors)
         found += [t for t in kinds if t is not None and not isinstance(t, str)]
     return list(dict.fromkeys(found))
 

@@ -63,6 +63,13 @@ async def _calls(app: Any) -> tuple[dict[str, Any], list[tuple[str, str, httpx.R
             await call("POST", chat, json={"messages": hi})
             await call("POST", chat, json={"messages": hi, "stream": True})
             await call("POST", chat, json={"messages": hi, "n": 3})
+            anthropic = {"model": "m", "max_tokens": 8, "messages": hi}
+            await call("POST", "/v1/messages", json=anthropic)
+            await call("POST", "/v1/messages", json={**anthropic, "stream": True})
+            await call("POST", "/v1/messages", json={"model": "m", "messages": hi})
+            count = "/v1/messages/count_tokens"
+            await call("POST", count, json={"model": "m", "messages": hi})
+            await call("POST", count, json={"model": "m", "messages": 5})
             conv = await call(
                 "POST", "/v1/conversations", json={"items": [{"role": "user", "content": "hi"}]}
             )
@@ -107,7 +114,7 @@ def test_the_document_is_openapi_3_1_and_has_every_route(tmp_path: Path) -> None
     }
     documented = {(m.upper(), p) for p, ops in doc["paths"].items() for m in ops}
     assert served == documented
-    assert len(served) == 25
+    assert len(served) == 27
 
 
 def test_every_answer_matches_the_document(tmp_path: Path) -> None:
