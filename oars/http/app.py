@@ -226,6 +226,7 @@ ENDPOINTS = (
         api.ChatCompletion,
         streams=True,
         events=api.ChatCompletionChunk,
+        done=True,
     ),
     Endpoint(
         "POST",

@@ -44,6 +44,7 @@ class Endpoint:
     returns: Any = None  # a type, or a media type string (text, HTML)
     streams: bool = False  # may answer text/event-stream events
     events: Any = api.ResponseStreamEvent  # the type of a streamed event's `data`
+    done: bool = False  # the stream ends with `data: [DONE]` (Chat Completions' last line)
     errors: Any = api.ErrorBody  # the type of a 4xx or 5xx answer
     query: Sequence[Param] = ()
 
@@ -87,7 +88,7 @@ def _operation(e: Endpoint, schemas: dict[Any, dict[str, Any]]) -> dict[str, Any
         ok["content"] = _content(e.returns, schemas)
     if e.streams:
         ok["description"] = "OK: JSON, or server-sent events (one JSON event per `data:` line)"
-        ok.setdefault("content", {})["text/event-stream"] = {"schema": _sse(e.events, schemas)}
+        ok.setdefault("content", {})["text/event-stream"] = {"schema": _sse(e.events, schemas, e.done)}
     error = {"content": {"application/json": {"schema": schemas[e.errors]}}}
     op["responses"] = {
         "200": ok,
@@ -97,14 +98,17 @@ def _operation(e: Endpoint, schemas: dict[Any, dict[str, Any]]) -> dict[str, Any
     return op
 
 
-def _sse(events: Any, schemas: dict[Any, dict[str, Any]]) -> dict[str, Any]:
+def _sse(events: Any, schemas: dict[Any, dict[str, Any]], done: bool) -> dict[str, Any]:
     """One server-sent event, as OpenAPI describes them: `event` names it (where the API names
-    its events), `data` holds the event as JSON (`contentSchema`)."""
-    data = {
+    its events), `data` holds the event as JSON (`contentSchema`), or with `done` is the last
+    line's `[DONE]`."""
+    data: dict[str, Any] = {
         "type": "string",
         "contentMediaType": "application/json",
         "contentSchema": schemas[events],
     }
+    if done:
+        data = {"type": "string", "if": {"const": "[DONE]"}, "else": data}
     return {
         "type": "object",
         "required": ["data"],
