@@ -88,7 +88,9 @@ def _operation(e: Endpoint, schemas: dict[Any, dict[str, Any]]) -> dict[str, Any
         ok["content"] = _content(e.returns, schemas)
     if e.streams:
         ok["description"] = "OK: JSON, or server-sent events (one JSON event per `data:` line)"
-        ok.setdefault("content", {})["text/event-stream"] = {"schema": _sse(e.events, schemas, e.done)}
+        ok.setdefault("content", {})["text/event-stream"] = {
+            "schema": _sse(e.events, schemas, e.done)
+        }
     error = {"content": {"application/json": {"schema": schemas[e.errors]}}}
     op["responses"] = {
         "200": ok,
