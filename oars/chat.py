@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from oars.translation import Json, Role, Translation, message_items
+from oars.translation import Json, Role, Translation, ending, message_items
 from oars.translation import fail as _fail
 from oars.translation import typed as _typed
 
@@ -279,13 +279,15 @@ def completion_id(response_id: str) -> str:
 
 def finish_reason(response: Mapping[str, Any]) -> str:
     """Why the generation ended, in chat's words."""
-    reason = (response.get("incomplete_details") or {}).get("reason")
-    if reason == "max_output_tokens":
-        return "length"
-    if reason == "content_filter":
-        return "content_filter"
-    calls = any(item["type"] == "function_call" for item in response["output"])
-    return "tool_calls" if calls else "stop"
+    return _FINISH_REASONS[ending(response)]
+
+
+_FINISH_REASONS = {
+    "length": "length",
+    "filtered": "content_filter",
+    "calls": "tool_calls",
+    "done": "stop",
+}
 
 
 def usage(wire: Mapping[str, Any]) -> Json:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from oars.translation import Json, Translation, message_items
+from oars.translation import Json, Translation, ending, message_items
 from oars.translation import fail as _fail
 from oars.translation import typed as _typed
 
@@ -273,13 +273,15 @@ def message_id(response_id: str) -> str:
 def stop_reason(response: Mapping[str, Any]) -> str:
     """Why the generation ended, in Anthropic's words. (A stop sequence ends the turn as the
     end-of-turn token does: the Responses path does not say which one matched.)"""
-    reason = (response.get("incomplete_details") or {}).get("reason")
-    if reason == "max_output_tokens":
-        return "max_tokens"
-    if reason == "content_filter":
-        return "refusal"
-    calls = any(item["type"] == "function_call" for item in response["output"])
-    return "tool_use" if calls else "end_turn"
+    return _STOP_REASONS[ending(response)]
+
+
+_STOP_REASONS = {
+    "length": "max_tokens",
+    "filtered": "refusal",
+    "calls": "tool_use",
+    "done": "end_turn",
+}
 
 
 def usage(wire: Mapping[str, Any] | None) -> Json:

@@ -13,6 +13,18 @@ from oars.errors import ClientError, InvalidRequest
 Json = dict[str, Any]
 
 
+def ending(response: Mapping[str, Any]) -> str:
+    """Why a response's generation ended, for a door to name in its own words: `length` (its
+    token limit), `filtered`, `calls` (it ends with calls to make) or `done`."""
+    reason = (response.get("incomplete_details") or {}).get("reason")
+    if reason == "max_output_tokens":
+        return "length"
+    if reason == "content_filter":
+        return "filtered"
+    calls = any(item["type"] == "function_call" for item in response["output"])
+    return "calls" if calls else "done"
+
+
 def fail(message: str, param: str, code: str = "invalid_value") -> InvalidRequest:
     return InvalidRequest(message, param=param, code=code)
 
