@@ -115,7 +115,7 @@ class Writer:
         self._logging: set[Kept] = set()  # those whose events are in a transaction in flight
         self._early: set[Kept] = set()  # first events a reader waits for: either line takes them
         self._next_log = 0.0
-        self._logs = _Task(self._write_logs, "store writer: logs")
+        self._logs = _Task(self._write_logs, "store writer: logs", self._log_wait)
         self._rows = _Task(self._write_rows, "store writer: rows")
 
     def begin(self, new: NewResponse) -> asyncio.Future[None]:
@@ -142,14 +142,14 @@ class Writer:
         kept = Kept(running, begun, logged=logged)
         if logged:
             self._running[kept] = None
-            self._logs.wake(self._log_wait)
+            self._logs.wake()
         return kept
 
     def hurry(self) -> None:
         """A reader waits for events not written yet: write the logs in the next transaction,
         which starts as soon as the one in flight has landed."""
         self._next_log = 0.0
-        self._logs.wake(self._log_wait)
+        self._logs.wake()
 
     async def finish(self, kept: Kept, done: Finished) -> None:
         """The response ended: keep `done`, after the rest of its log (nothing if its first
@@ -268,17 +268,19 @@ class _Task:
     """A task that runs `write` again whenever woken, one at a time: what is asked while a
     transaction is in flight goes in the next, which starts as soon as it has landed."""
 
-    def __init__(self, write: Callable[[], Awaitable[None]], name: str) -> None:
-        self.write, self.name = write, name
+    def __init__(
+        self,
+        write: Callable[[], Awaitable[None]],
+        name: str,
+        wait: Callable[[], float | None] = lambda: None,
+    ) -> None:
+        """`wait()`: how long to wait for a wake before `write` runs anyway (None: until woken)."""
+        self.write, self.name, self._wait = write, name, wait
         self._due: asyncio.Event | None = None
-        self._wait: Callable[[], float | None] = lambda: None
         self._task: asyncio.Task[None] | None = None
 
-    def wake(self, wait: Callable[[], float | None] | None = None) -> None:
-        """Run `write` once more; `wait`: how long to wait for a wake before it runs anyway
-        (None: until woken)."""
-        if wait is not None:
-            self._wait = wait
+    def wake(self) -> None:
+        """Run `write` once more."""
         if self._due is None:
             self._due = asyncio.Event()
         self._due.set()

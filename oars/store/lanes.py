@@ -41,7 +41,7 @@ def is_sqlite(url: str) -> bool:
     return url.startswith("sqlite")
 
 
-def sql_engine(url: str, pool_size: int = 10) -> AsyncEngine:
+def sql_engine(url: str) -> AsyncEngine:
     """SQLAlchemy's async engine for `url`: SQLite in WAL mode, PostgreSQL with a pool."""
     if is_sqlite(url):
         engine = create_async_engine(url, connect_args={"timeout": _BUSY_MS / 1000})
@@ -50,7 +50,7 @@ def sql_engine(url: str, pool_size: int = 10) -> AsyncEngine:
     return create_async_engine(
         url,
         pool_pre_ping=True,
-        pool_size=pool_size,
+        pool_size=10,
         connect_args={"timeout": 10, "command_timeout": 30},
     )
 
