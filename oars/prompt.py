@@ -23,7 +23,7 @@ from oars.compaction import COMPACTION_TYPES, SUMMARY_PREFIX, Sealed, place
 from oars.errors import InvalidRequest
 from oars.generation import ChatMessage, Media
 from oars.ids import is_id
-from oars.tools import mcp_tool_name
+from oars.tools import TOOL_SEARCH, mcp_tool_name, parse_tools
 
 Json = Mapping[str, Any]
 Unseal = Callable[[str], str]  # sealed text → the text; raises ValueError if altered
@@ -261,6 +261,23 @@ def _custom_tool_call(item: Json, param: str, ctx: Context) -> list[ChatMessage]
     return [_call(_call_id(item, param), name, {"input": _text_field(item, "input", param)})]
 
 
+def _tool_search_call(item: Json, param: str, ctx: Context) -> list[ChatMessage]:
+    arguments = item.get("arguments", {})
+    if not isinstance(arguments, dict):
+        raise _fail(f"Invalid '{param}.arguments': expected an object.", f"{param}.arguments")
+    return [_call(_call_id(item, param), TOOL_SEARCH, arguments)]
+
+
+def _tool_search_output(item: Json, param: str, ctx: Context) -> list[ChatMessage]:
+    """What a tool search loaded, as its result: the names of the tools now offered."""
+    tools = item.get("tools")
+    if not isinstance(tools, list):
+        raise _fail(f"Invalid '{param}.tools': expected an array of tools.", f"{param}.tools")
+    names = [t.model_name for t in parse_tools(tools, f"{param}.tools")]
+    text = f"Tools loaded: {', '.join(names)}." if names else "No tools were found."
+    return [ChatMessage(role="tool", content=text, tool_call_id=_call_id(item, param))]
+
+
 def _tool_output(item: Json, param: str, ctx: Context) -> list[ChatMessage]:
     output = item.get("output")
     text = output if isinstance(output, str) else content_text(output, f"{param}.output")
@@ -358,6 +375,8 @@ _ITEM_HANDLERS: dict[str, Callable[[Json, str, Context], list[ChatMessage]]] = {
     "function_call_output": _tool_output,
     "custom_tool_call": _custom_tool_call,
     "custom_tool_call_output": _tool_output,
+    "tool_search_call": _tool_search_call,
+    "tool_search_output": _tool_search_output,
     "mcp_call": _mcp_call,
     "mcp_list_tools": _mcp_list_tools,
     "mcp_approval_request": _mcp_check("server_label", "name", "arguments"),

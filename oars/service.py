@@ -98,8 +98,7 @@ class ResponsesService:
             include_logprobs=request.include_logprobs,
             model=request.model,
             tools={
-                t.model_name: CallTarget(t.name, t.namespace, custom=t.kind == "custom")
-                for t in request.tools.callable
+                t.model_name: CallTarget(t.name, t.namespace, t.kind) for t in turn.tools.callable
             },
             background=request.background,
             seal=self.sealer.seal if self.sealer and request.include_encrypted_reasoning else None,

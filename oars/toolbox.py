@@ -138,7 +138,7 @@ class Toolbox:
     def _offer(self, server: McpServer, listed: list[Json]) -> None:
         """A server's tools, as the model may call them: those `allowed_tools` keeps, with a
         name a model can write and a schema of a sane size, and a model name no other tool has."""
-        taken = {t.model_name for t in self.request.tools.offered} | set(self.tools)
+        taken = {t.model_name for t in self.turn.tools.offered} | set(self.tools)
         for listed_tool in listed:
             name = str(listed_tool.get("name", ""))
             model_name = mcp_tool_name(server.label, name)
@@ -171,7 +171,7 @@ class Toolbox:
         return toolset
 
     def _toolset(self, steps: int) -> ToolSet:
-        base = self.request.tools
+        base = self.turn.tools
         servers = tuple(self.tools.values())
         offered = base.offered + servers
         callable_ = servers if self._may_call(steps) else ()

@@ -15,6 +15,7 @@ once. A response that runs server-side tools is several generations: each next o
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -23,10 +24,10 @@ from oars.generation import ChatMessage, EngineRequest, Route
 from oars.normalize import ResponseRequest
 from oars.prompt import Context, Unseal, render, validate
 from oars.store import Chain, Json, Reads
-from oars.tools import ToolSet
+from oars.tools import ToolSet, loaded
 
-_CALLS = ("function_call", "custom_tool_call")
-_ANSWERS = ("function_call_output", "custom_tool_call_output")
+_CALLS = ("function_call", "custom_tool_call", "tool_search_call")
+_ANSWERS = ("function_call_output", "custom_tool_call_output", "tool_search_output")
 
 
 @dataclass(frozen=True)
@@ -70,10 +71,11 @@ class Turn:
             (*earlier, *new_input),
             new_input,
             len(history),
-            unseal,
+            _once(unseal),
             served_by=chain.served_by or conversation.served_by,
         ).rendered()  # the one render, which validates the new input's items
         _check_answers(history, new_input)
+        _ = turn.tools  # 400 for a tool_choice naming a tool no tool search loaded
         return turn
 
     @classmethod
@@ -81,7 +83,9 @@ class Turn:
         """A request without history (its input has no item references); 400 naming a
         malformed item."""
         items = request.input_items
-        return cls(request, items, items, items, 0, unseal).rendered()
+        turn = cls(request, items, items, items, 0, _once(unseal)).rendered()
+        _ = turn.tools  # 400 for a tool_choice naming a tool no tool search loaded
+        return turn
 
     # ---- what the model sees ------------------------------------------------------------
 
@@ -113,6 +117,11 @@ class Turn:
         named = any(item.get("type") == "item_reference" for item in r.input_items)
         return r.generate or (alone and not named)
 
+    @functools.cached_property
+    def tools(self) -> ToolSet:
+        """The request's tools, with those the tool searches in its context loaded."""
+        return self.request.tools.loading(loaded((*self.items, *self.output), self.unseal))
+
     def engine_request(
         self, tools: ToolSet | None = None, max_output_tokens: int | None = None
     ) -> EngineRequest:
@@ -125,7 +134,7 @@ class Turn:
         return EngineRequest(
             messages=self.messages,
             sampling=sampling,
-            tools=r.tools if tools is None else tools,
+            tools=self.tools if tools is None else tools,
             parallel_tool_calls=r.parallel_tool_calls,
             output=r.output,
             top_logprobs=r.top_logprobs,
@@ -167,6 +176,12 @@ class Turn:
             and item.get("approve") is True
             and item["approval_request_id"] not in ran
         ]
+
+
+def _once(unseal: Unseal | None) -> Unseal | None:
+    """The server's key, opening each sealed text of a turn once however often it is read
+    (to render, and for the tools its compactions keep)."""
+    return functools.lru_cache(maxsize=256)(unseal) if unseal is not None else None
 
 
 async def items_of(

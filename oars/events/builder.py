@@ -51,17 +51,23 @@ Event = dict[str, Any]
 @dataclass(frozen=True)
 class CallTarget:
     """What the builder knows of a tool the model may call: the name and namespace its call
-    item carries, and whether the call is a custom tool's (its input streams as text, not as
-    JSON arguments). The service makes these from the request's tools, so the builder needs
-    nothing else of them."""
+    item carries, and its kind: a custom tool's input streams as text, not as JSON arguments;
+    a client's tool search is a `tool_search_call` whose arguments come whole in its done item.
+    The service makes these from the request's tools, so the builder needs nothing else."""
 
     name: str
     namespace: str | None = None
-    custom: bool = False
+    kind: str = "function"  # "function" | "custom" | "tool_search" (the tool's kind)
+
+    @property
+    def custom(self) -> bool:
+        return self.kind == "custom"
 
 
 # Items a model writes as a call: one open at the end of a generation was cut short.
-_CALL_TYPES = ("function_call", "custom_tool_call", "mcp_call")
+_CALL_TYPES = ("function_call", "custom_tool_call", "mcp_call", "tool_search_call")
+# Those whose arguments the model's call segments write (an mcp_call's are kept by the step).
+_MODEL_CALLS = ("function_call", "custom_tool_call", "tool_search_call")
 
 # Why a response that stopped early is `incomplete` (its `incomplete_details.reason`).
 _INCOMPLETE_REASONS = {
@@ -305,6 +311,11 @@ class ResponseBuilder:
 
     def _call_start(self, segment: Segment) -> list[Event]:
         tool = self._tools.get(segment.name)
+        if tool is not None and tool.kind == "tool_search":
+            _, events = self._add_item(
+                type="tool_search_call", id=new_id("ts"), call_id=new_id("call"), execution="client"
+            )
+            return events
         custom = tool is not None and tool.custom
         _, events = self._add_item(
             type="custom_tool_call" if custom else "function_call",
@@ -318,13 +329,11 @@ class ResponseBuilder:
 
     def _call_args(self, segment: Segment) -> list[Event]:
         item = self._open
-        if (
-            item is None
-            or item.type not in ("function_call", "custom_tool_call")
-            or not segment.text
-        ):
+        if item is None or item.type not in _MODEL_CALLS or not segment.text:
             return []
         item.arguments += segment.text
+        if item.type == "tool_search_call":  # its arguments come whole, in its done item
+            return []
         if item.input_field is not None:
             return self._input_delta(item, item.input_field.feed(segment.text))
         return [

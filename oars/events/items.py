@@ -8,6 +8,7 @@ the two forms of a token's logprob.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,7 +60,7 @@ class Part:
 
 @dataclass
 class Item:
-    type: str  # "message" | "reasoning" | "function_call" | "custom_tool_call" | "compaction"
+    type: str  # "message" | "reasoning" | "function_call" | "custom_tool_call" | "compaction" | …
     id: str
     output_index: int
     status: str = "in_progress"
@@ -76,6 +77,7 @@ class Item:
     output: str | None = None  # mcp_call: the tool's result
     error: dict[str, Any] | str | None = None  # mcp_call: an error object; mcp_list_tools: text
     approval_request_id: str | None = None  # mcp_call: the approval it ran after
+    execution: str = ""  # tool search items: "client" or "server"
     tools: list[dict[str, Any]] = field(default_factory=list)  # mcp_list_tools
     # MCP items: "running" (listing or calling), then "ended" (a listing's end is out) or the
     # call's outcome ("completed", "failed"), which its done item keeps
@@ -129,6 +131,22 @@ def _custom_call_wire(item: Item) -> dict[str, Any]:
     return {**_call_fields(item), "input": item.streamed}
 
 
+def _tool_search_call_wire(item: Item) -> dict[str, Any]:
+    """Its arguments as an object: what the model wrote, once it is whole JSON ({} before)."""
+    try:
+        arguments = json.loads(item.arguments) if item.arguments.strip() else {}
+    except json.JSONDecodeError:
+        arguments = {}
+    return {
+        "id": item.id,
+        "type": "tool_search_call",
+        "status": item.status,
+        "call_id": item.call_id,
+        "execution": item.execution,
+        "arguments": arguments,
+    }
+
+
 def _compaction_wire(item: Item) -> dict[str, Any]:
     return {"id": item.id, "type": "compaction", "encrypted_content": item.encrypted}
 
@@ -177,6 +195,7 @@ _ITEM_WIRE: dict[str, Callable[[Item], dict[str, Any]]] = {
     "reasoning": _reasoning_wire,
     "function_call": _function_call_wire,
     "custom_tool_call": _custom_call_wire,
+    "tool_search_call": _tool_search_call_wire,
 }
 
 # segment kind → (item type, id prefix, part type)

@@ -86,6 +86,20 @@ CASES: dict[str, tuple[ScriptedEngine, dict[str, Any]]] = {
         ),
         {"tools": [PATCH]},
     ),
+    "tool_search_call": (
+        ScriptedEngine(
+            [
+                '<tool_call>\n{"name": "tool_search", "arguments": ',
+                '{"query": "weather", "limit": 2}}\n</tool_call>',
+            ]
+        ),
+        {
+            "tools": [
+                {**WEATHER, "defer_loading": True},
+                {"type": "tool_search", "execution": "client", "description": "Find tools."},
+            ]
+        },
+    ),
     "namespace_call": (
         ScriptedEngine(['{"name": "spawn_agent", "arguments": {"task": "x"}}']),
         {
