@@ -459,7 +459,7 @@ def normalize(
     tool_choice = body.get("tool_choice", "auto")
     mcp_choice = parse_choice(tool_choice, servers)
     parsed = parse_tools(wire_tools)
-    searching = any(t.kind == "tool_search" for t in parsed)
+    searching = any(t.kind in ("tool_search", "server_tool_search") for t in parsed)
     choice = "auto" if mcp_choice else tool_choice
     tools = resolve(parsed, choice, bool(servers), searching)
     parallel = _get(body, "parallel_tool_calls", (bool,), "parallel_tool_calls")

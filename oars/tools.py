@@ -47,7 +47,7 @@ class Tool:
     """A tool the model may call."""
 
     name: str
-    kind: str  # "function" | "custom" | "mcp" | "tool_search"
+    kind: str  # "function" | "custom" | "mcp" | "tool_search" | "server_tool_search"
     description: str
     parameters: Mapping[str, Any]
     namespace: str | None = None  # an MCP tool's: its server's label
@@ -191,16 +191,21 @@ SEARCH_PARAMETERS: Mapping[str, Any] = {
 }
 
 
+SERVER_SEARCH_PARAMETERS: Mapping[str, Any] = {
+    **SEARCH_PARAMETERS,
+    "properties": {
+        **SEARCH_PARAMETERS["properties"],
+        "limit": {"type": "integer", "description": "The most tools to load (default 5)."},
+    },
+}
+
+
 def _tool_search(raw: Mapping[str, Any], param: str) -> Tool:
-    """A client's tool search, offered under its own description and parameters."""
-    if raw.get("execution") != "client":
-        raise InvalidRequest(
-            f"Invalid '{param}.execution': this server runs no tool search of its own; send "
-            "execution 'client' and answer the model's tool_search_call with a "
-            "tool_search_output.",
-            param=f"{param}.execution",
-            code="unsupported_value",
-        )
+    """A tool search: the client's (offered under its own description and parameters), or this
+    server's (`oars.tool_search`; its description names the deferred tools, `_searching`)."""
+    execution = raw.get("execution")
+    if execution in (None, "server"):
+        return Tool(TOOL_SEARCH, "server_tool_search", SEARCH_DESCRIPTION, SERVER_SEARCH_PARAMETERS)
     description = raw.get("description")
     if description is not None and not isinstance(description, str):
         raise InvalidRequest(
@@ -208,6 +213,18 @@ def _tool_search(raw: Mapping[str, Any], param: str) -> Tool:
         )
     params = _parameters(raw, param) if raw.get("parameters") is not None else SEARCH_PARAMETERS
     return Tool(TOOL_SEARCH, "tool_search", description or SEARCH_DESCRIPTION, params)
+
+
+def _searching(tools: list[Tool]) -> list[Tool]:
+    """This server's tool search tells the model which tools it can load (the names of the
+    deferred tools, a namespace's once), as Codex's instructions do for its own."""
+    names = list(dict.fromkeys(t.namespace or t.name for t in tools if t.deferred))
+    shown = ", ".join(names[:_NAMED]) + (", …" if len(names) > _NAMED else "")
+    said = f"{SEARCH_DESCRIPTION} Tools not loaded yet: {shown or 'none'}."
+    return [replace(t, description=said) if t.kind == "server_tool_search" else t for t in tools]
+
+
+_NAMED = 30  # deferred tools a server search's description names
 
 
 # Hosted tools of OpenAI's this server does not run: a request that sends one is refused, so that
@@ -355,7 +372,7 @@ def parse_tools(tools: Sequence[Any], name: str = "tools") -> list[Tool]:
                 _refuse(raw["type"], param)
             if tool is not None:
                 out.append(tool)
-    return _disambiguated(out)
+    return _searching(_disambiguated(out))
 
 
 def ignored_tools(tools: Sequence[Any]) -> list[str]:
@@ -366,7 +383,12 @@ def ignored_tools(tools: Sequence[Any]) -> list[str]:
 def loaded(items: Sequence[Mapping[str, Any]], unseal: Unseal | None = None) -> list[Tool]:
     """The tools the tool searches among `items` loaded, in order (a compaction keeps those of
     the items it covers). Their definitions were checked when those items were first taken."""
-    return [replace(t, deferred=False) for t in parse_tools(loaded_definitions(items, unseal))]
+    return load(loaded_definitions(items, unseal))
+
+
+def load(definitions: Sequence[Mapping[str, Any]]) -> list[Tool]:
+    """Tools as a tool search loads them: offered, whatever their `defer_loading` says."""
+    return [replace(t, deferred=False) for t in parse_tools(definitions)]
 
 
 def loaded_definitions(

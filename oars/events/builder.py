@@ -17,6 +17,8 @@ The items of an MCP server's tools, which this server runs, stream as OpenAI str
                     … the call runs … → mcp_call.completed | .failed → output_item.done
     mcp_approval_request: output_item.added → output_item.done
 
+This server's tool search: a `tool_search_call` and its `tool_search_output`, each added and done.
+
 A response may be several generations (a server-side tool's result goes back to the model):
 the builder goes on across them, so ids, `output_index` and `sequence_number` stay one sequence.
 
@@ -453,6 +455,32 @@ class ResponseBuilder:
             arguments=arguments,
         )
         return events + self._close("completed")
+
+    # ---- this server's tool search ---------------------------------------------------------
+
+    def tool_search(self, arguments: str, tools: list[dict[str, Any]]) -> list[Event]:
+        """A search this server ran: its call, then its output (the tools it loaded), each
+        added and done; the tools are callable by the model from now on."""
+        call, events = self._add_item(
+            type="tool_search_call",
+            id=new_id("ts"),
+            call_id=new_id("call"),
+            execution="server",
+            arguments=arguments,
+        )
+        events += self._close("completed")
+        _, added = self._add_item(
+            type="tool_search_output",
+            id=new_id("tso"),
+            call_id=call.call_id,
+            execution="server",
+            tools=tools,
+        )
+        return events + added + self._close("completed")
+
+    def offer(self, targets: Mapping[str, CallTarget]) -> None:
+        """More tools the model may call from now on (a tool search loaded them)."""
+        self._tools.update(targets)
 
     def _open_of(self, item_type: str) -> Item:
         item = self._open

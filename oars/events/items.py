@@ -78,7 +78,7 @@ class Item:
     error: dict[str, Any] | str | None = None  # mcp_call: an error object; mcp_list_tools: text
     approval_request_id: str | None = None  # mcp_call: the approval it ran after
     execution: str = ""  # tool search items: "client" or "server"
-    tools: list[dict[str, Any]] = field(default_factory=list)  # mcp_list_tools
+    tools: list[dict[str, Any]] = field(default_factory=list)  # mcp_list_tools, tool searches
     # MCP items: "running" (listing or calling), then "ended" (a listing's end is out) or the
     # call's outcome ("completed", "failed"), which its done item keeps
     stage: str = "added"
@@ -147,6 +147,17 @@ def _tool_search_call_wire(item: Item) -> dict[str, Any]:
     }
 
 
+def _tool_search_output_wire(item: Item) -> dict[str, Any]:
+    return {
+        "id": item.id,
+        "type": "tool_search_output",
+        "status": item.status,
+        "call_id": item.call_id,
+        "execution": item.execution,
+        "tools": item.tools,
+    }
+
+
 def _compaction_wire(item: Item) -> dict[str, Any]:
     return {"id": item.id, "type": "compaction", "encrypted_content": item.encrypted}
 
@@ -196,6 +207,7 @@ _ITEM_WIRE: dict[str, Callable[[Item], dict[str, Any]]] = {
     "function_call": _function_call_wire,
     "custom_tool_call": _custom_call_wire,
     "tool_search_call": _tool_search_call_wire,
+    "tool_search_output": _tool_search_output_wire,
 }
 
 # segment kind → (item type, id prefix, part type)

@@ -380,7 +380,6 @@ def test_web_search_is_accepted_and_not_offered() -> None:
             "environment": "linux",
         },
         {"type": "web_search_preview"},
-        {"type": "tool_search", "execution": "server"},
     ],
 )
 def test_a_hosted_tool_this_server_does_not_run_is_refused(tool: dict[str, Any]) -> None:
@@ -388,7 +387,7 @@ def test_a_hosted_tool_this_server_does_not_run_is_refused(tool: dict[str, Any])
     assert r.status_code == 400, r.text
     error = r.json()["error"]
     assert error["param"].startswith("tools[1]"), error
-    assert tool["type"] in error["message"] or tool.get("execution") in error["message"], error
+    assert tool["type"] in error["message"], error
 
 
 def test_an_mcp_tool_needs_a_url_or_a_server_the_operator_configured() -> None:

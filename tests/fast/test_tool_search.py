@@ -19,10 +19,13 @@ from starlette.testclient import TestClient
 from oars.compactor import INSTRUCTIONS
 from oars.generation import EngineRequest
 from oars.http import common, create_app
+from oars.mcp.config import McpConfig
 from oars.sealing import Sealer
 from oars.service import ResponsesService
 from oars.store import SqlStore
 from oars.testing import ScriptedEngine
+from oars.tool_search import catalog, search
+from oars.toolbox import ToolboxFactory
 from oars.validator import validate_sse
 
 CAPTURES = Path(__file__).parent.parent / "fixtures" / "captures"
@@ -356,3 +359,127 @@ def test_tool_choice_may_name_a_tool_a_search_loaded(tmp_path: Path) -> None:
         assert unloaded.json()["error"]["param"] == "tool_choice.name"
 
     _run(test, engine, store=SqlStore(f"sqlite:///{tmp_path}/oars.db"))
+
+
+# ---- this server's tool search ---------------------------------------------------------------
+
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "The current weather for a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    "defer_loading": True,
+}
+DEFERRED = [
+    {**CALENDAR, "defer_loading": True},
+    WEATHER,
+    {**AGENTS, "tools": [{**AGENTS["tools"][0], "defer_loading": True}]},  # type: ignore[dict-item]
+]
+SERVER_SEARCH = {"type": "tool_search"}
+
+
+def _server_searching(query: str) -> Callable[[EngineRequest], list[str]]:
+    """Searches first; once a search loaded a tool, calls the first one loaded."""
+
+    def script(request: EngineRequest) -> list[str]:
+        if not request.after_tool_output:
+            arguments = json.dumps({"query": query})
+            return [
+                f'<tool_call>\n{{"name": "tool_search", "arguments": {arguments}}}\n</tool_call>'
+            ]
+        loaded = [t.name for t in request.tools.offered if t.name != "tool_search"]
+        if not loaded:
+            return ["Nothing found."]
+        return [f'<tool_call>\n{{"name": "{loaded[0]}", "arguments": {{}}}}\n</tool_call>']
+
+    return script
+
+
+def _service(engine: ScriptedEngine) -> ResponsesService:
+    return ResponsesService(engine, toolboxes=ToolboxFactory(McpConfig()))
+
+
+def test_this_servers_search_loads_the_best_deferred_tool_and_the_model_calls_it() -> None:
+    engine = ScriptedEngine(_server_searching("what is on my calendar today"))
+    app = create_app(_service(engine))
+    body = {"model": "m", "input": "Today?", "tools": [*DEFERRED, SERVER_SEARCH], "stream": True}
+    with TestClient(app) as client:
+        report = validate_sse(client.post("/v1/responses", json=body).text)
+    assert report.ok, report.text()
+    first, second = engine.requests
+    (search_tool,) = first.tools.offered
+    assert search_tool.name == "tool_search" and "list_events" in search_tool.description
+    assert report.final is not None
+    call, output, chosen = report.final["output"]
+    assert call["type"] == "tool_search_call" and call["execution"] == "server"
+    assert call["arguments"] == {"query": "what is on my calendar today"}
+    assert output["type"] == "tool_search_output" and output["call_id"] == call["call_id"]
+    assert output["tools"][0]["name"] == "list_events"
+    assert "list_events" in [t.name for t in second.tools.offered]
+    assert second.messages[-1].content.startswith("Tools loaded: list_events")
+    assert chosen["type"] == "function_call" and chosen["name"] == "list_events"
+    assert report.events[-1]["type"] == "response.completed"
+
+
+def test_a_namespace_member_is_loaded_within_its_namespace() -> None:
+    engine = ScriptedEngine(_server_searching("start a sub-agent"))
+    app = create_app(_service(engine))
+    body = {"model": "m", "input": "Go.", "tools": [*DEFERRED, SERVER_SEARCH]}
+    with TestClient(app) as client:
+        response = client.post("/v1/responses", json=body).json()
+    _, output, spawn = response["output"]
+    (group, *_) = output["tools"]
+    assert group["type"] == "namespace" and group["name"] == "multi_agent_v1"
+    assert [t["name"] for t in group["tools"]] == ["spawn_agent"]
+    assert spawn["name"] == "spawn_agent" and spawn["namespace"] == "multi_agent_v1"
+
+
+def test_a_search_that_finds_nothing_loads_nothing_and_the_model_goes_on() -> None:
+    engine = ScriptedEngine(_server_searching("quantum chromodynamics"))
+    app = create_app(_service(engine))
+    body = {"model": "m", "input": "Go.", "tools": [*DEFERRED, SERVER_SEARCH]}
+    with TestClient(app) as client:
+        response = client.post("/v1/responses", json=body).json()
+    _, output, answer = response["output"]
+    assert output["tools"] == [] and answer["content"][0]["text"] == "Nothing found."
+    assert engine.requests[-1].messages[-1].content.startswith("No tools were found.")
+
+
+def test_a_search_counts_against_max_tool_calls() -> None:
+    engine = ScriptedEngine(_server_searching("weather in a city"))
+    app = create_app(_service(engine))
+    body = {
+        "model": "m",
+        "input": "Weather?",
+        "tools": [*DEFERRED, SERVER_SEARCH],
+        "max_tool_calls": 1,
+    }
+    with TestClient(app) as client:
+        response = client.post("/v1/responses", json=body).json()
+    types = [i["type"] for i in response["output"]]
+    assert types[:2] == ["tool_search_call", "tool_search_output"]
+    assert "tool_search" not in engine.requests[-1].tools.names  # the budget is spent
+
+
+def test_a_server_search_replayed_as_input_keeps_its_tools() -> None:
+    """The Agents SDK sends a response's output back as input (no store)."""
+    engine = ScriptedEngine(_server_searching("weather in a city"))
+    app = create_app(_service(engine))
+    body = {"model": "m", "input": "Weather?", "tools": [*DEFERRED, SERVER_SEARCH]}
+    with TestClient(app) as client:
+        first = client.post("/v1/responses", json=body).json()
+        call, output, weather = first["output"]
+        answered = {"type": "function_call_output", "call_id": weather["call_id"], "output": "sun"}
+        replay = ["Weather?", call, output, weather, answered]
+        items = [{"role": "user", "content": replay[0]}, *replay[1:]]
+        r = client.post("/v1/responses", json={**body, "input": items})
+    assert r.status_code == 200, r.text
+    assert "get_weather" in [t.name for t in engine.requests[-1].tools.offered]
+
+
+def test_ranking_prefers_the_tool_whose_words_match() -> None:
+    entries = catalog(DEFERRED)
+    assert [e.tool["name"] for e in entries] == ["list_events", "get_weather", "spawn_agent"]
+    assert [t["name"] for t in search(entries, "weather forecast for Paris", 5)] == ["get_weather"]
+    assert search(entries, "calendar events of the day", 1)[0]["name"] == "list_events"
+    assert search(entries, "", 5) == [] and search([], "weather", 5) == []

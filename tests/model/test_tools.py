@@ -172,6 +172,31 @@ def test_a_client_tool_search_then_the_tool_it_loaded(server: str) -> None:
     jsonschema.validate(json.loads(call["arguments"]), WEATHER_SCHEMA)
 
 
+def test_this_servers_tool_search_finds_the_deferred_tool_the_question_needs(server: str) -> None:
+    calendar = {
+        "type": "function",
+        "name": "list_events",
+        "description": "The events in the user's calendar on a day.",
+        "parameters": {"type": "object", "properties": {"day": {"type": "string"}}},
+        "defer_loading": True,
+    }
+    body = {
+        "model": "default",
+        "input": QUESTION,
+        "tools": [calendar, {**WEATHER, "defer_loading": True}, {"type": "tool_search"}],
+        "tool_choice": "required",
+        "max_output_tokens": 60,
+        "temperature": 0,
+    }
+    report = stream(server, body)
+    search, found, *after = report.final["output"]
+    assert search["type"] == "tool_search_call" and search["execution"] == "server"
+    assert isinstance(search["arguments"]["query"], str)
+    assert found["type"] == "tool_search_output"
+    assert "get_weather" in [t["name"] for t in found["tools"]], (search, found)
+    assert after, "the model goes on with what the search loaded"
+
+
 PATCH_LINE = re.compile(
     r"^(\*\*\* (Begin Patch|End Patch|Add File: .+|Delete File: .+|"
     r"Update File: .+|Move to: .+|End of File)|[+\- ].*|@@.*)$"
