@@ -172,6 +172,7 @@ _ITEM_PREFIX = {
     "custom_tool_call_output": "ctco",
     "tool_search_call": "ts",
     "tool_search_output": "tso",
+    "additional_tools": "at",
     "reasoning": "rs",
     "compaction": "cmp",
     "compaction_summary": "cmp",

@@ -4,8 +4,10 @@ Messages in every role (`developer` is `system`), replayed calls and their outpu
 objects), reasoning (its text, or its sealed `encrypted_content`, goes with the next assistant
 turn), compaction items (the items they cover are left out, and their summary is the first
 message after the instructions), and the MCP items: an `mcp_call` is the call and its result, a
-declined approval is the call and the refusal. Listings and unanswered approval requests say
-nothing to the model. Other items of the SDK's union carry nothing a template can render.
+declined approval is the call and the refusal. A tool search's call and output are a call and
+its result (the names of the tools it loaded). Listings, unanswered approval requests and
+`additional_tools` say nothing to the model (the tools those load are offered, `oars.tools`).
+Other items of the SDK's union carry nothing a template can render.
 
 A malformed item is a 400 naming it (`input[i]…`): the turn tells which items came from this
 request's input and where they were in it. Rendering is the validation: `validate` runs it for
@@ -278,6 +280,17 @@ def _tool_search_output(item: Json, param: str, ctx: Context) -> list[ChatMessag
     return [ChatMessage(role="tool", content=text, tool_call_id=_call_id(item, param))]
 
 
+def _additional_tools(item: Json, param: str, ctx: Context) -> list[ChatMessage]:
+    """Tools a developer adds at this point: offered from here on, saying nothing else."""
+    if item.get("role", "developer") != "developer":
+        raise _fail(f"Invalid '{param}.role': only 'developer' adds tools.", f"{param}.role")
+    tools = item.get("tools")
+    if not isinstance(tools, list):
+        raise _fail(f"Invalid '{param}.tools': expected an array of tools.", f"{param}.tools")
+    parse_tools(tools, f"{param}.tools")
+    return []
+
+
 def _tool_output(item: Json, param: str, ctx: Context) -> list[ChatMessage]:
     output = item.get("output")
     text = output if isinstance(output, str) else content_text(output, f"{param}.output")
@@ -377,6 +390,7 @@ _ITEM_HANDLERS: dict[str, Callable[[Json, str, Context], list[ChatMessage]]] = {
     "custom_tool_call_output": _tool_output,
     "tool_search_call": _tool_search_call,
     "tool_search_output": _tool_search_output,
+    "additional_tools": _additional_tools,
     "mcp_call": _mcp_call,
     "mcp_list_tools": _mcp_list_tools,
     "mcp_approval_request": _mcp_check("server_label", "name", "arguments"),

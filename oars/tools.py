@@ -391,14 +391,18 @@ def load(definitions: Sequence[Mapping[str, Any]]) -> list[Tool]:
     return [replace(t, deferred=False) for t in parse_tools(definitions)]
 
 
+LOADING_ITEMS = ("tool_search_output", "additional_tools")  # items whose `tools` are loaded
+
+
 def loaded_definitions(
     items: Sequence[Mapping[str, Any]], unseal: Unseal | None = None
 ) -> list[Mapping[str, Any]]:
-    """The definitions of the tools the tool searches among `items` loaded, each once."""
+    """The definitions of the tools the tool searches among `items` loaded (and the
+    `additional_tools` items gave), each once."""
     found: dict[str, Mapping[str, Any]] = {}
     for item in items:
         tools: Sequence[Any] = ()
-        if item.get("type") == "tool_search_output" and isinstance(item.get("tools"), list):
+        if item.get("type") in LOADING_ITEMS and isinstance(item.get("tools"), list):
             tools = item["tools"]
         elif item.get("type") in COMPACTION_TYPES and unseal is not None:
             with contextlib.suppress(ValueError):  # rendering refuses it, with its place

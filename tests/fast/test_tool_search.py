@@ -483,3 +483,19 @@ def test_ranking_prefers_the_tool_whose_words_match() -> None:
     assert [t["name"] for t in search(entries, "weather forecast for Paris", 5)] == ["get_weather"]
     assert search(entries, "calendar events of the day", 1)[0]["name"] == "list_events"
     assert search(entries, "", 5) == [] and search([], "weather", 5) == []
+
+
+def test_additional_tools_items_add_tools_from_where_they_are() -> None:
+    engine = ScriptedEngine(["Hi."])
+    app = create_app(ResponsesService(engine))
+    added = {"type": "additional_tools", "role": "developer", "tools": [CALENDAR]}
+    with TestClient(app) as client:
+        hi = {"role": "user", "content": "hi"}
+        ok = client.post("/v1/responses", json={"model": "m", "input": [added, hi]})
+        assert ok.status_code == 200, ok.text
+        assert _offered(engine.requests[-1]) == ["list_events"]
+        assert [m.content for m in engine.requests[-1].messages] == ["hi"]
+        by_user = client.post(
+            "/v1/responses", json={"model": "m", "input": [{**added, "role": "user"}, hi]}
+        )
+    assert by_user.status_code == 400 and by_user.json()["error"]["param"] == "input[0].role"
