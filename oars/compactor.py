@@ -16,6 +16,7 @@ the turn stays a value that does no I/O.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -237,6 +238,11 @@ def _entry(item: Json) -> str:
         output = item.get("output")
         text = output if isinstance(output, str) else _text(output)
         return f"Tool result: {_cut(text)}"
+    if kind in ("shell_call", "local_shell_call", "apply_patch_call"):
+        what = item.get("action") or item.get("operation")
+        return f"Assistant called {kind.removesuffix('_call')} with {_cut(json.dumps(what))}"
+    if kind in ("shell_call_output", "local_shell_call_output", "apply_patch_call_output"):
+        return f"Tool result: {_cut(json.dumps(item.get('output')))}"
     if kind == "tool_search_call":
         return f"Assistant searched the tools for {_cut(str(item.get('arguments')))}"
     if kind == "tool_search_output":

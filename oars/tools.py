@@ -7,7 +7,12 @@ namespace); an MCP server's tools as `label__name` (run here, see `oars.toolbox`
 Deferred tools (`defer_loading: true`) are declared and not offered: a `tool_search` finds them.
 A client's tool search (`execution: "client"`) is offered as a function under the client's own
 description and parameters, and its call comes back as a `tool_search_call` item; the tools of
-every `tool_search_output` in the context are offered from there on (`loaded`).
+every `tool_search_output` in the context are offered from there on (`loaded`). This server's
+own tool search (`oars.tool_search`) is offered the same way and run by the toolbox.
+
+The `shell`, `local_shell` and `apply_patch` tool types are offered as functions of those names
+with parameters of this server's (`CLIENT_TOOL_TYPES`); their calls come back as `shell_call`,
+`local_shell_call` and `apply_patch_call` items, which the client runs.
 
 Hosted tools this server does not run are refused with a 400 naming them, except `web_search`,
 which Codex sends with every request: it is accepted and not offered (`ignored_tools`).
@@ -47,7 +52,9 @@ class Tool:
     """A tool the model may call."""
 
     name: str
-    kind: str  # "function" | "custom" | "mcp" | "tool_search" | "server_tool_search"
+    # "function" | "custom" | "mcp" | "tool_search" | "server_tool_search", or a client tool
+    # type with a call item of its own: "shell" | "local_shell" | "apply_patch"
+    kind: str
     description: str
     parameters: Mapping[str, Any]
     namespace: str | None = None  # an MCP tool's: its server's label
@@ -215,6 +222,108 @@ def _tool_search(raw: Mapping[str, Any], param: str) -> Tool:
     return Tool(TOOL_SEARCH, "tool_search", description or SEARCH_DESCRIPTION, params)
 
 
+# The client tool types with a call item of their own, offered as functions the model calls by
+# these names and parameters; `oars.events.items` turns the call into the item.
+SHELL_PARAMETERS: Mapping[str, Any] = {
+    "type": "object",
+    "properties": {
+        "commands": {
+            "type": "array",
+            "items": {"type": "string"},
+            "minItems": 1,
+            "description": "Shell commands to run in order, each a line of shell.",
+        },
+        "timeout_ms": {"type": "integer", "description": "Stop the commands after this long."},
+    },
+    "required": ["commands"],
+    "additionalProperties": False,
+}
+LOCAL_SHELL_PARAMETERS: Mapping[str, Any] = {
+    "type": "object",
+    "properties": {
+        "command": {
+            "type": "array",
+            "items": {"type": "string"},
+            "minItems": 1,
+            "description": 'The program and its arguments, e.g. ["ls", "-l"].',
+        },
+        "working_directory": {"type": "string"},
+        "timeout_ms": {"type": "integer"},
+    },
+    "required": ["command"],
+    "additionalProperties": False,
+}
+_PATH = {"type": "string", "description": "The file's path."}
+# A diff's lines, held to their form while the model writes them (a small model otherwise
+# writes a new file's text with no '+'): a new file's lines each start with '+'; a change's
+# with '@@' (a hunk's context line), ' ' (kept), '-' (removed) or '+' (added).
+_ADDED_LINES = r"^\+[^\n]*(\n\+[^\n]*)*\n?$"
+_HUNK_LINES = r"^[-+ @][^\n]*(\n[-+ @][^\n]*)*\n?$"
+
+
+def _operation(kind: str, diff: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    properties: dict[str, Any] = {"operation": {"const": kind}, "path": _PATH}
+    if diff is not None:
+        properties["diff"] = diff
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(properties),
+        "additionalProperties": False,
+    }
+
+
+APPLY_PATCH_PARAMETERS: Mapping[str, Any] = {
+    "type": "object",
+    "anyOf": [
+        _operation(
+            "create_file",
+            {
+                "type": "string",
+                "pattern": _ADDED_LINES,
+                "description": "The new file's lines, each starting with '+'.",
+            },
+        ),
+        _operation(
+            "update_file",
+            {
+                "type": "string",
+                "pattern": _HUNK_LINES,
+                "description": "Hunks: an '@@' line, then lines starting with ' ' (kept), "
+                "'-' (removed) or '+' (added).",
+            },
+        ),
+        _operation("delete_file", None),
+    ]
+}
+CLIENT_TOOL_TYPES: Mapping[str, tuple[str, Mapping[str, Any]]] = {
+    "shell": (
+        "Runs shell commands on the user's machine and returns their output.",
+        SHELL_PARAMETERS,
+    ),
+    "local_shell": (
+        "Runs a command on the user's machine and returns its output.",
+        LOCAL_SHELL_PARAMETERS,
+    ),
+    "apply_patch": ("Creates, updates or deletes one file.", APPLY_PATCH_PARAMETERS),
+}
+
+
+def _client_tool(raw: Mapping[str, Any], param: str) -> Tool:
+    """A `shell`, `local_shell` or `apply_patch` tool: the client runs its calls."""
+    kind = str(raw["type"])
+    environment = raw.get("environment")
+    if kind == "shell" and isinstance(environment, dict) and environment.get("type") != "local":
+        raise InvalidRequest(
+            f"Invalid '{param}.environment': this server runs no hosted containers; a shell "
+            "tool runs on the client ('local').",
+            param=f"{param}.environment",
+            code="unsupported_value",
+        )
+    description, parameters = CLIENT_TOOL_TYPES[kind]
+    return Tool(kind, kind, description, parameters)
+
+
 def _searching(tools: list[Tool]) -> list[Tool]:
     """This server's tool search tells the model which tools it can load (the names of the
     deferred tools, a namespace's once), as Codex's instructions do for its own."""
@@ -240,9 +349,6 @@ REFUSED = {
     "computer": "computer use",
     "computer_use": "computer use",
     "computer_use_preview": "computer use",
-    "local_shell": "a shell tool",
-    "shell": "a shell tool",
-    "apply_patch": "the apply_patch tool type",
 }
 
 
@@ -365,6 +471,9 @@ def parse_tools(tools: Sequence[Any], name: str = "tools") -> list[Tool]:
         elif raw["type"] == "tool_search":
             _check_hosted(raw, param)
             out.append(_tool_search(raw, param))
+        elif raw["type"] in CLIENT_TOOL_TYPES:
+            _check_hosted(raw, param)
+            out.append(_client_tool(raw, param))
         else:
             tool = _tool(raw, param, None)
             if raw["type"] not in ("function", "custom"):
@@ -493,6 +602,13 @@ def _resolve(tools: list[Tool], choice: Any, servers: bool) -> ToolSet:
     if not isinstance(choice, dict):
         raise InvalidRequest("Invalid 'tool_choice'.", param="tool_choice")
     kind = choice.get("type")
+    if kind in ("shell", "apply_patch"):
+        typed = next((t for t in tools if t.kind == kind), None)
+        if typed is None:
+            raise _NotOffered(
+                f"Invalid 'tool_choice': no {kind} tool in 'tools'.", param="tool_choice"
+            )
+        return ToolSet(offered, (typed,), "required")
     if kind in ("function", "custom"):
         return ToolSet(
             offered, (_named(tools, choice.get("name"), "tool_choice.name"),), "required"

@@ -26,8 +26,17 @@ from oars.prompt import Context, Unseal, render, validate
 from oars.store import Chain, Json, Reads
 from oars.tools import ToolSet, loaded
 
-_CALLS = ("function_call", "custom_tool_call", "tool_search_call")
-_ANSWERS = ("function_call_output", "custom_tool_call_output", "tool_search_output")
+# a call's item type → the type of the item that answers it
+_ANSWERED = {
+    "function_call": "function_call_output",
+    "custom_tool_call": "custom_tool_call_output",
+    "tool_search_call": "tool_search_output",
+    "shell_call": "shell_call_output",
+    "local_shell_call": "local_shell_call_output",
+    "apply_patch_call": "apply_patch_call_output",
+}
+_CALLS = tuple(_ANSWERED)
+_ANSWERS = tuple(_ANSWERED.values())
 
 
 @dataclass(frozen=True)
@@ -207,10 +216,11 @@ def _check_answers(history: Sequence[Json], new_input: Sequence[Json]) -> None:
     asked = {item.get("id") for item in context if item.get("type") == "mcp_approval_request"}
     for position, item in enumerate(new_input):
         kind = item.get("type")
-        if history and kind in _ANSWERS and item.get("call_id") not in made:
+        key = "id" if kind == "local_shell_call_output" else "call_id"  # as the API has it
+        if history and kind in _ANSWERS and item.get(key) not in made:
             raise InvalidRequest(
-                f"No tool call found for the tool output with call_id {item.get('call_id')!r}.",
-                param=f"input[{position}].call_id",
+                f"No tool call found for the tool output with call_id {item.get(key)!r}.",
+                param=f"input[{position}].{key}",
             )
         if kind == "mcp_approval_response" and item.get("approval_request_id") not in asked:
             raise InvalidRequest(

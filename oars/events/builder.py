@@ -67,9 +67,34 @@ class CallTarget:
 
 
 # Items a model writes as a call: one open at the end of a generation was cut short.
-_CALL_TYPES = ("function_call", "custom_tool_call", "mcp_call", "tool_search_call")
+_CALL_TYPES = (
+    "function_call",
+    "custom_tool_call",
+    "mcp_call",
+    "tool_search_call",
+    "shell_call",
+    "local_shell_call",
+    "apply_patch_call",
+)
 # Those whose arguments the model's call segments write (an mcp_call's are kept by the step).
-_MODEL_CALLS = ("function_call", "custom_tool_call", "tool_search_call")
+_MODEL_CALLS = (
+    "function_call",
+    "custom_tool_call",
+    "tool_search_call",
+    "shell_call",
+    "local_shell_call",
+    "apply_patch_call",
+)
+# Calls of the client's tool types with an item of their own (the tool's kind → the item's
+# type, its id prefix): their arguments take no delta events (a shell call streams its
+# commands as `shell_call_command.*` once they are whole).
+_TYPED_CALLS = {
+    "tool_search": ("tool_search_call", "ts"),
+    "shell": ("shell_call", "sh"),
+    "local_shell": ("local_shell_call", "lsh"),
+    "apply_patch": ("apply_patch_call", "apc"),
+}
+_TYPED_ITEMS = frozenset(item_type for item_type, _ in _TYPED_CALLS.values())
 
 # Why a response that stopped early is `incomplete` (its `incomplete_details.reason`).
 _INCOMPLETE_REASONS = {
@@ -270,18 +295,23 @@ class ResponseBuilder:
         events.append(self._part_event("response.content_part.added", item, 0))
         return events
 
-    def _add_item(self, **fields: Any) -> tuple[Item, list[Event]]:
-        """Close the open item, open a new one at the next output_index, announce it."""
+    def _add_item(self, announce: bool = True, **fields: Any) -> tuple[Item, list[Event]]:
+        """Close the open item, open a new one at the next output_index, announce it (or, not
+        `announce`d, when it closes: an item whose first form would say what is not known)."""
         events = self._close("completed")
         item = Item(output_index=len(self._items), **fields)
         self._items.append(item)
         self._open = item
-        events.append(
-            self._emit(
-                "response.output_item.added", output_index=item.output_index, item=item.wire()
-            )
-        )
+        if announce:
+            events.append(self._added(item))
+        else:
+            item.stage = "unannounced"
         return item, events
+
+    def _added(self, item: Item) -> Event:
+        return self._emit(
+            "response.output_item.added", output_index=item.output_index, item=item.wire()
+        )
 
     def _part_event(self, type_: str, item: Item, content_index: int) -> Event:
         return self._emit(
@@ -313,9 +343,15 @@ class ResponseBuilder:
 
     def _call_start(self, segment: Segment) -> list[Event]:
         tool = self._tools.get(segment.name)
-        if tool is not None and tool.kind == "tool_search":
+        typed = _TYPED_CALLS.get(tool.kind) if tool is not None else None
+        if typed is not None:
+            item_type, prefix = typed
             _, events = self._add_item(
-                type="tool_search_call", id=new_id("ts"), call_id=new_id("call"), execution="client"
+                announce=item_type != "apply_patch_call",  # its operation is not known yet
+                type=item_type,
+                id=new_id(prefix),
+                call_id=new_id("call"),
+                execution="client",
             )
             return events
         custom = tool is not None and tool.custom
@@ -334,7 +370,7 @@ class ResponseBuilder:
         if item is None or item.type not in _MODEL_CALLS or not segment.text:
             return []
         item.arguments += segment.text
-        if item.type == "tool_search_call":  # its arguments come whole, in its done item
+        if item.type in _TYPED_ITEMS:  # its arguments come whole, in its done item
             return []
         if item.input_field is not None:
             return self._input_delta(item, item.input_field.feed(segment.text))
@@ -385,6 +421,16 @@ class ResponseBuilder:
         events.append(
             self._emit("response.custom_tool_call_input.done", **where, input=item.arguments)
         )
+        return events
+
+    def _commands(self, item: Item) -> list[Event]:
+        """A shell call's commands, each added, written and done, once the call is whole."""
+        events: list[Event] = []
+        for index, command in enumerate(item.wire()["action"]["commands"]):
+            where = {"output_index": item.output_index, "command_index": index}
+            events.append(self._emit("response.shell_call_command.added", **where, command=""))
+            events.append(self._emit("response.shell_call_command.delta", **where, delta=command))
+            events.append(self._emit("response.shell_call_command.done", **where, command=command))
         return events
 
     # ---- MCP servers' tools (run by this server) -------------------------------------------
@@ -492,10 +538,22 @@ class ResponseBuilder:
         self._pending_space = []
         if item is None:
             return []
+        if item.stage == "unannounced":
+            if status != "completed":  # a call cut before it was whole was never shown: none
+                self._items.pop()
+                return []
+            item.stage = "added"
+            events = [self._added(item)]
+            return events + self._close_item(item, status)
+        return self._close_item(item, status)
+
+    def _close_item(self, item: Item, status: str) -> list[Event]:
         if item.parts:
             events = self._close_part(item)
         elif item.type in ("function_call", "custom_tool_call"):
             events = self._close_call(item)
+        elif item.type == "shell_call":
+            events = self._commands(item)
         elif item.type == "mcp_list_tools" and item.stage != "ended":  # stopped while listing
             item.error = "The listing of the MCP server's tools did not finish."
             events = self._listing(item) if item.stage == "added" else []

@@ -131,20 +131,66 @@ def _custom_call_wire(item: Item) -> dict[str, Any]:
     return {**_call_fields(item), "input": item.streamed}
 
 
-def _tool_search_call_wire(item: Item) -> dict[str, Any]:
-    """Its arguments as an object: what the model wrote, once it is whole JSON ({} before)."""
+def _written(item: Item) -> dict[str, Any]:
+    """The arguments the model wrote, once they are a whole JSON object ({} before)."""
     try:
         arguments = json.loads(item.arguments) if item.arguments.strip() else {}
     except json.JSONDecodeError:
-        arguments = {}
-    return {
-        "id": item.id,
-        "type": "tool_search_call",
-        "status": item.status,
-        "call_id": item.call_id,
-        "execution": item.execution,
-        "arguments": arguments,
+        return {}
+    return arguments if isinstance(arguments, dict) else {}
+
+
+def _strings(value: Any) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def _integer(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _typed_call_fields(item: Item) -> dict[str, Any]:
+    return {"id": item.id, "type": item.type, "status": item.status, "call_id": item.call_id}
+
+
+def _tool_search_call_wire(item: Item) -> dict[str, Any]:
+    return {**_typed_call_fields(item), "execution": item.execution, "arguments": _written(item)}
+
+
+def _shell_call_wire(item: Item) -> dict[str, Any]:
+    written = _written(item)
+    action: dict[str, Any] = {
+        "commands": _strings(written.get("commands")),
+        "timeout_ms": _integer(written.get("timeout_ms")),
+        "max_output_length": None,
     }
+    return {**_typed_call_fields(item), "action": action}
+
+
+def _local_shell_call_wire(item: Item) -> dict[str, Any]:
+    written = _written(item)
+    directory = written.get("working_directory")
+    action: dict[str, Any] = {
+        "type": "exec",
+        "command": _strings(written.get("command")),
+        "env": {},
+        "timeout_ms": _integer(written.get("timeout_ms")),
+        "user": None,
+        "working_directory": directory if isinstance(directory, str) else None,
+    }
+    return {**_typed_call_fields(item), "action": action}
+
+
+def _apply_patch_call_wire(item: Item) -> dict[str, Any]:
+    """Only ever shown whole (`ResponseBuilder` announces it when it closes)."""
+    written = _written(item)
+    kind = written.get("operation")
+    operation: dict[str, Any] = {
+        "type": kind if kind in ("create_file", "update_file", "delete_file") else "update_file",
+        "path": str(written.get("path", "")),
+    }
+    if operation["type"] != "delete_file":
+        operation["diff"] = str(written.get("diff", ""))
+    return {**_typed_call_fields(item), "operation": operation}
 
 
 def _tool_search_output_wire(item: Item) -> dict[str, Any]:
@@ -207,6 +253,9 @@ _ITEM_WIRE: dict[str, Callable[[Item], dict[str, Any]]] = {
     "function_call": _function_call_wire,
     "custom_tool_call": _custom_call_wire,
     "tool_search_call": _tool_search_call_wire,
+    "shell_call": _shell_call_wire,
+    "local_shell_call": _local_shell_call_wire,
+    "apply_patch_call": _apply_patch_call_wire,
     "tool_search_output": _tool_search_output_wire,
 }
 
