@@ -294,7 +294,7 @@ APPLY_PATCH_PARAMETERS: Mapping[str, Any] = {
             },
         ),
         _operation("delete_file", None),
-    ]
+    ],
 }
 CLIENT_TOOL_TYPES: Mapping[str, tuple[str, Mapping[str, Any]]] = {
     "shell": (
