@@ -276,7 +276,12 @@ def _tool_search_output(item: Json, param: str, ctx: Context) -> list[ChatMessag
     tools = item.get("tools")
     if not isinstance(tools, list):
         raise _fail(f"Invalid '{param}.tools': expected an array of tools.", f"{param}.tools")
-    names = [t.model_name for t in parse_tools(tools, f"{param}.tools")]
+    names = [t.model_name for t in parse_tools(tools, f"{param}.tools")] + [
+        mcp_tool_name(str(t.get("server_label")), str(name))
+        for t in tools
+        if t.get("type") == "mcp"
+        for name in t.get("allowed_tools") or ()
+    ]
     text = f"Tools loaded: {', '.join(names)}." if names else "No tools were found."
     return [ChatMessage(role="tool", content=text, tool_call_id=_call_id(item, param))]
 

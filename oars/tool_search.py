@@ -4,10 +4,12 @@ A request that sends `{"type": "tool_search"}` (execution `server`, the default)
 defers (`defer_loading: true` on a function or custom tool, or on a namespace's member) offers
 the model a `tool_search` function. Its call runs here: the deferred tools are ranked by BM25
 (the `bm25s` library) over their names (split at `_`, `-`, `.` and case changes), descriptions,
-parameter names and descriptions, and their namespace's name and description. Those that match
-the query at all, best first and at most `limit` of them, are the search's output: a function
-as it was defined, a namespace's members within their namespace, as `tool_search_output` items
-carry them. The toolbox then offers them to the model's next step.
+parameter names and descriptions, and their namespace's name and description. A deferred MCP
+server's tools (`defer_loading` on its `mcp` tool) are ranked too, by their listing. The best
+matches (at most `limit`, and none scoring under half the best one's score) are the search's
+output, as `tool_search_output` items carry tools: a function as it was defined, a namespace's
+members within their namespace, an MCP server's as its `mcp` tool with `allowed_tools` naming
+them. The toolbox then offers them to the model's next step.
 """
 
 from __future__ import annotations
@@ -20,16 +22,22 @@ from typing import Any
 Json = Mapping[str, Any]
 
 DEFAULT_LIMIT = 5
+# A tool ranked below this share of the best one's score is not loaded: a word the query shares
+# with every member of a namespace (its name) would otherwise load them all.
+RELATIVE_CUTOFF = 0.5
 MAX_LIMIT = 20
 _WORD_BREAK = re.compile(r"[_\-.]+|(?<=[a-z0-9])(?=[A-Z])")
 
 
 @dataclass(frozen=True)
 class Entry:
-    """One deferred tool: its definition, and the namespace it belongs to (without members)."""
+    """One deferred tool: its definition, and the namespace it belongs to (without members);
+    an MCP server's tool has its name, description and input schema as `parameters`, and the
+    server (`server_label`, `description`) as its namespace."""
 
     tool: Json
     namespace: Json | None
+    mcp: bool = False
 
     @property
     def text(self) -> str:
@@ -71,6 +79,16 @@ def catalog(tools: Sequence[Any]) -> list[Entry]:
     return entries
 
 
+def mcp_entry(label: str, description: str | None, name: str, listed: Json) -> Entry:
+    """A deferred MCP server's tool, as it was listed."""
+    tool = {
+        "name": name,
+        "description": listed.get("description") or "",
+        "parameters": listed.get("input_schema"),
+    }
+    return Entry(tool, {"name": label, "description": description or ""}, mcp=True)
+
+
 def limit_of(arguments: Json) -> int:
     """How many tools a search may load: the model's `limit`, within 1..MAX_LIMIT."""
     value = arguments.get("limit")
@@ -92,25 +110,40 @@ def search(entries: Sequence[Entry], query: str, limit: int) -> list[dict[str, A
     asked = bm25s.tokenize([query], stopwords="en", show_progress=False)
     k = min(limit, len(entries))
     found, scores = ranking.retrieve(asked, k=k, show_progress=False)
-    hits = [entries[int(i)] for i, score in zip(found[0], scores[0], strict=True) if score > 0]
+    best = float(scores[0][0]) if k else 0.0
+    hits = [
+        entries[int(i)]
+        for i, score in zip(found[0], scores[0], strict=True)
+        if score > 0 and score >= best * RELATIVE_CUTOFF
+    ]
     return _grouped(hits)
 
 
 def _grouped(hits: Sequence[Entry]) -> list[dict[str, Any]]:
-    """Functions as they are; members within their namespace, which comes where its best
-    member ranked."""
+    """Functions as they are; members within their namespace, and an MCP server's tools as its
+    `mcp` tool allowing them, each group where its best member ranked."""
     out: list[dict[str, Any]] = []
-    namespaces: dict[str, dict[str, Any]] = {}
+    groups: dict[tuple[bool, str], dict[str, Any]] = {}
     for hit in hits:
         if hit.namespace is None:
             out.append(dict(hit.tool))
             continue
         name = str(hit.namespace.get("name"))
-        group = namespaces.get(name)
+        group = groups.get((hit.mcp, name))
         if group is None:
-            group = {**hit.namespace, "tools": []}
-            group.setdefault("description", "")
-            namespaces[name] = group
+            group = (
+                {"type": "mcp", "server_label": name, "allowed_tools": []}
+                if hit.mcp
+                else {
+                    **hit.namespace,
+                    "tools": [],
+                    "description": hit.namespace.get("description") or "",
+                }
+            )
+            groups[(hit.mcp, name)] = group
             out.append(group)
-        group["tools"].append(dict(hit.tool))
+        if hit.mcp:
+            group["allowed_tools"].append(hit.tool["name"])
+        else:
+            group["tools"].append(dict(hit.tool))
     return out

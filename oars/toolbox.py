@@ -34,8 +34,8 @@ from oars.mcp.client import McpFailure, Session, protocol_error
 from oars.mcp.config import McpConfig
 from oars.mcp.servers import McpServer, public_url
 from oars.step import ServerCall, Step
-from oars.tool_search import catalog, limit_of, search
-from oars.tools import ANY_OBJECT, Tool, ToolSet, load, mcp_tool_name
+from oars.tool_search import Entry, catalog, limit_of, mcp_entry, search
+from oars.tools import ANY_OBJECT, Tool, ToolSet, load, loaded_definitions, mcp_tool_name
 from oars.turn import Turn
 
 log = logging.getLogger("oars.mcp")
@@ -89,6 +89,8 @@ class Toolbox:
         self._sessions: dict[str, Session] = {}
         self.search = next((t for t in turn.tools.offered if t.kind == "server_tool_search"), None)
         self.found: list[Tool] = []  # what this response's tool searches loaded
+        # a deferred MCP server's tools not found yet: by model name, the tool and its entry
+        self.deferred: dict[str, tuple[Tool, Entry]] = {}
 
     # ---- before the first step ----------------------------------------------------------
 
@@ -157,7 +159,7 @@ class Toolbox:
                 if model_name in taken or not usable:
                     log.warning("MCP server %r: tool %r not offered", server.label, name[:80])
                 continue
-            self.tools[model_name] = Tool(
+            tool = Tool(
                 name=name,
                 kind="mcp",
                 description=str(listed_tool.get("description") or ""),
@@ -166,6 +168,22 @@ class Toolbox:
                 offered_as=model_name,
             )
             self.read_only[model_name] = _read_only(listed_tool)
+            if server.deferred and name not in self._found_on(server.label):
+                self.deferred[model_name] = (
+                    tool,
+                    mcp_entry(server.label, server.description, name, listed_tool),
+                )
+            else:
+                self.tools[model_name] = tool
+
+    def _found_on(self, label: str) -> set[str]:
+        """The tools of a deferred MCP server that tool searches in the context found."""
+        return {
+            str(name)
+            for definition in loaded_definitions(self.turn.items, self.turn.unseal)
+            if definition.get("type") == "mcp" and definition.get("server_label") == label
+            for name in definition.get("allowed_tools") or ()
+        }
 
     # ---- each step ----------------------------------------------------------------------
 
@@ -277,10 +295,16 @@ class Toolbox:
             asked = {}
         asked = asked if isinstance(asked, dict) else {}
         query = asked.get("query")
-        entries = catalog(self.request.echo["tools"])
+        entries = catalog(self.request.echo["tools"]) + [e for _, e in self.deferred.values()]
         found = search(entries, query if isinstance(query, str) else "", limit_of(asked))
         loaded = load(found)
         self.found.extend(loaded)
+        for definition in found:
+            if definition.get("type") == "mcp":
+                label = definition["server_label"]
+                for name in definition["allowed_tools"]:
+                    tool, _ = self.deferred.pop(mcp_tool_name(label, name))
+                    self.tools[tool.model_name] = tool
         builder.offer({t.model_name: CallTarget(t.name, t.namespace, t.kind) for t in loaded})
         return builder.tool_search(arguments, found)
 

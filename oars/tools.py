@@ -324,10 +324,16 @@ def _client_tool(raw: Mapping[str, Any], param: str) -> Tool:
     return Tool(kind, kind, description, parameters)
 
 
-def _searching(tools: list[Tool]) -> list[Tool]:
+def _searching(tools: list[Tool], wire: Sequence[Any]) -> list[Tool]:
     """This server's tool search tells the model which tools it can load (the names of the
-    deferred tools, a namespace's once), as Codex's instructions do for its own."""
-    names = list(dict.fromkeys(t.namespace or t.name for t in tools if t.deferred))
+    deferred tools, a namespace's or a deferred MCP server's once), as Codex's instructions do
+    for its own."""
+    servers = [
+        str(t.get("server_label"))
+        for t in wire
+        if isinstance(t, dict) and t.get("type") == "mcp" and t.get("defer_loading") is True
+    ]
+    names = list(dict.fromkeys([*(t.namespace or t.name for t in tools if t.deferred), *servers]))
     shown = ", ".join(names[:_NAMED]) + (", …" if len(names) > _NAMED else "")
     said = f"{SEARCH_DESCRIPTION} Tools not loaded yet: {shown or 'none'}."
     return [replace(t, description=said) if t.kind == "server_tool_search" else t for t in tools]
@@ -481,7 +487,7 @@ def parse_tools(tools: Sequence[Any], name: str = "tools") -> list[Tool]:
                 _refuse(raw["type"], param)
             if tool is not None:
                 out.append(tool)
-    return _searching(_disambiguated(out))
+    return _searching(_disambiguated(out), tools)
 
 
 def ignored_tools(tools: Sequence[Any]) -> list[str]:
