@@ -1,0 +1,247 @@
+"""What a token costs through each front door: Chat Completions and Anthropic Messages against
+Responses, on the real embedded model.
+
+The question (issue 49): `/v1/chat/completions` and `/v1/messages` are translated onto the
+Responses run (`oars.chat`, `oars.messages`, the stream re-encoded event by event); does a
+streamed token cost more through them than through `/v1/responses`?
+
+One `oars serve` (the default model, no store), the three doors asked in rotation rep by rep,
+each the same kind of request: a short chat asking for a long count (new from its first token,
+so no cache), greedy, a fixed number of output tokens that the count never reaches. Each rep
+of each door streams `--singles` requests one after the other, then `--streams` at once. The
+client reads the raw SSE lines (httpx, no SDK) and stamps each text delta as it arrives;
+the server's event loop thread (its main thread) is read for its CPU around each load.
+
+    python -m bench.lab.front_doors [--reps 6] [--tokens 64] [--singles 3] [--streams 4]
+
+Per door and rep: the median time to the first text delta, the p50 and p99 of the gaps between
+deltas (all streams of the load pooled), a stream's tokens/s after its first delta (median),
+the aggregate tokens/s of the concurrent load, and the loop's CPU ms a token. The table gives
+the median over reps of each, the door over Responses, and the spread of the reps' ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.prompts import Chat, counting
+from bench.servers import Server, alternate, median, oars_serve, paired, spread, thread_cpu
+from oars.weights import pull
+
+Json = dict[str, Any]
+
+
+@dataclass
+class Stream:
+    """One streamed request, timed on the client (perf_counter seconds)."""
+
+    start: float
+    arrivals: list[float] = field(default_factory=list)  # of each non-empty text delta
+    end: float = 0.0
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def gaps(self) -> list[float]:
+        return [b - a for a, b in itertools.pairwise(self.arrivals)]
+
+    @property
+    def tps(self) -> float:
+        """Tokens a second after the first delta."""
+        return (self.output_tokens - 1) / (self.arrivals[-1] - self.arrivals[0])
+
+
+def _responses_body(chat: Chat, tokens: int) -> Json:
+    return {"model": "bench", "instructions": chat[0]["content"], "input": chat[1:],
+            "temperature": 0, "max_output_tokens": tokens, "stream": True, "store": False}  # fmt: skip
+
+
+def _responses_event(event: Json, stream: Stream, now: float) -> None:
+    if event["type"] == "response.output_text.delta" and event["delta"]:
+        stream.arrivals.append(now)
+    elif event["type"] in ("response.completed", "response.incomplete"):
+        usage = event["response"]["usage"]
+        stream.prompt_tokens, stream.output_tokens = usage["input_tokens"], usage["output_tokens"]
+
+
+def _chat_body(chat: Chat, tokens: int) -> Json:
+    return {"model": "bench", "messages": chat, "temperature": 0, "max_tokens": tokens,
+            "stream": True, "stream_options": {"include_usage": True}}  # fmt: skip
+
+
+def _chat_event(event: Json, stream: Stream, now: float) -> None:
+    if any((c.get("delta") or {}).get("content") for c in event.get("choices") or ()):
+        stream.arrivals.append(now)
+    if event.get("usage"):
+        usage = event["usage"]
+        stream.prompt_tokens = usage["prompt_tokens"]
+        stream.output_tokens = usage["completion_tokens"]
+
+
+def _messages_body(chat: Chat, tokens: int) -> Json:
+    return {"model": "bench", "system": chat[0]["content"], "messages": chat[1:],
+            "temperature": 0, "max_tokens": tokens, "stream": True}  # fmt: skip
+
+
+def _messages_event(event: Json, stream: Stream, now: float) -> None:
+    if event["type"] == "content_block_delta" and event["delta"].get("text"):
+        stream.arrivals.append(now)
+    elif event["type"] == "message_delta":
+        usage = event["usage"]
+        stream.prompt_tokens, stream.output_tokens = usage["input_tokens"], usage["output_tokens"]
+
+
+@dataclass(frozen=True)
+class Door:
+    """A front door: its path, the body it takes, and how its events land in a Stream."""
+
+    name: str
+    path: str
+    body: Callable[[Chat, int], Json]
+    event: Callable[[Json, Stream, float], None]
+
+
+DOORS = (
+    Door("responses", "/v1/responses", _responses_body, _responses_event),
+    Door("chat", "/v1/chat/completions", _chat_body, _chat_event),
+    Door("messages", "/v1/messages", _messages_body, _messages_event),
+)
+
+
+async def _stream(client: httpx.AsyncClient, base: str, door: Door, chat: Chat, n: int) -> Stream:
+    stream = Stream(time.perf_counter())
+    async with client.stream("POST", base + door.path, json=door.body(chat, n)) as r:
+        if r.status_code != 200:
+            raise RuntimeError(f"{door.name}: HTTP {r.status_code}: {(await r.aread())[:500]!r}")
+        async for line in r.aiter_lines():
+            now = time.perf_counter()  # before parsing: the bytes' arrival, not the client's work
+            if line.startswith("data: ") and line != "data: [DONE]":
+                door.event(json.loads(line[6:]), stream, now)
+    stream.end = time.perf_counter()
+    if stream.output_tokens != n or len(stream.arrivals) < 2:
+        raise RuntimeError(f"{door.name}: {stream.output_tokens} tokens, wanted {n}")
+    return stream
+
+
+async def _gather(base: str, door: Door, chats: list[Chat], tokens: int) -> list[Stream]:
+    limits = httpx.Limits(max_connections=len(chats) + 1)
+    async with httpx.AsyncClient(timeout=600, limits=limits) as client:
+        return list(await asyncio.gather(*(_stream(client, base, door, c, tokens) for c in chats)))
+
+
+@dataclass
+class Load:
+    """What one door's load gave: its streams and the server loop's CPU seconds over it."""
+
+    streams: list[Stream]
+    loop_cpu: float
+
+    def measures(self, concurrent: bool) -> dict[str, float]:
+        gaps = sorted(g for s in self.streams for g in s.gaps)
+        tokens = sum(s.output_tokens for s in self.streams)
+        out = {
+            "first delta, ms (median)": median(s.arrivals[0] - s.start for s in self.streams) * 1e3,
+            "between deltas p50, ms": gaps[len(gaps) // 2] * 1e3,
+            "between deltas p99, ms": gaps[min(len(gaps) - 1, int(0.99 * len(gaps)))] * 1e3,
+            "tokens/s of a stream (median)": median(s.tps for s in self.streams),
+            "server loop CPU, ms a token": self.loop_cpu / tokens * 1e3,
+        }
+        if concurrent:
+            wall = max(s.end for s in self.streams) - min(s.start for s in self.streams)
+            out["aggregate tokens/s"] = tokens / wall
+        return out
+
+
+def _load(server: Server, door: Door, batches: list[list[Chat]], tokens: int) -> Load:
+    """The batches one after the other, each batch's chats at once."""
+    before = thread_cpu(server.pid).get(server.pid, 0.0)
+    streams = [
+        s for chats in batches for s in asyncio.run(_gather(server.base, door, chats, tokens))
+    ]
+    return Load(streams, thread_cpu(server.pid).get(server.pid, 0.0) - before)
+
+
+@dataclass
+class Found:
+    """Each rep's measures by (door, level), and the prompt lengths each door reported (the
+    same chats, templated through each door, should be the same number of tokens)."""
+
+    measures: dict[tuple[str, str], list[dict[str, float]]] = field(default_factory=dict)
+    prompts: dict[str, set[int]] = field(default_factory=dict)
+
+
+def _rep(server: Server, args: argparse.Namespace, found: Found, door: Door, rep: int) -> None:
+    seed = f"{door.name} {rep}"
+    singles = [[c] for c in counting(f"{seed} single", args.singles)]
+    together = [counting(f"{seed} together", args.streams)]
+    for level, batches, concurrent in (("1 stream", singles, False),
+                                       (f"{args.streams} streams", together, True)):  # fmt: skip
+        load = _load(server, door, batches, args.tokens)
+        found.measures.setdefault((door.name, level), []).append(load.measures(concurrent))
+        found.prompts.setdefault(door.name, set()).update(s.prompt_tokens for s in load.streams)
+
+
+def _table(found: Found, levels: list[str]) -> str:
+    """Responses' medians, and each other door's with its ratio to them (the reps' range)."""
+    lines = [
+        "| streams | measure | responses | chat | chat / responses | messages | messages / "
+        "responses |",
+        "|---" * 7 + "|",
+    ]
+    for level in levels:
+        reference = found.measures[("responses", level)]
+        for measure in reference[0]:
+            ref = [m[measure] for m in reference]
+            cells = [f"{median(ref):,.2f}"]
+            for door in ("chat", "messages"):
+                values = [m[measure] for m in found.measures[(door, level)]]
+                reps = spread(paired(values, ref))
+                ratio = f"**{median(values) / median(ref):.3f}**" + (f" ({reps})" if reps else "")
+                cells += [f"{median(values):,.2f}", ratio]
+            lines.append(f"| {level} | {measure} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--reps", type=int, default=6)
+    parser.add_argument("--tokens", type=int, default=64, help="output tokens a stream")
+    parser.add_argument("--singles", type=int, default=3, help="1-stream requests a rep")
+    parser.add_argument("--streams", type=int, default=4, help="concurrent streams")
+    args = parser.parse_args()
+    home = Path(tempfile.mkdtemp(prefix="front-doors-"))
+    model = ["--model", str(pull(quiet=True)), "--store", "none", "--log-level", "warning"]
+    found = Found()
+    server = Server("oars", lambda port: oars_serve(port, *model), home / "oars.log",
+                    env={"OARS_HOME": str(home)})  # fmt: skip
+    with server:
+        for door in DOORS:  # the engine's first requests cost more than the next ones
+            asyncio.run(_gather(server.base, door, counting(f"warm {door.name}", 1), 8))
+
+        def run(door: Door, rep: int) -> None:
+            _rep(server, args, found, door, rep)
+            print(f"{door.name}, rep {rep + 1} of {args.reps} done", file=sys.stderr)
+
+        alternate(DOORS, args.reps, run)
+    prompts = {name: sorted(lengths) for name, lengths in found.prompts.items()}
+    print(f"{args.tokens} output tokens a stream, {args.reps} reps, {args.singles} 1-stream "
+          f"requests and {args.streams} concurrent a rep; prompt tokens {prompts}\n")  # fmt: skip
+    print(_table(found, ["1 stream", f"{args.streams} streams"]))
+
+
+if __name__ == "__main__":
+    main()
