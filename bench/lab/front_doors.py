@@ -5,14 +5,20 @@ The question (issue 49): `/v1/chat/completions` and `/v1/messages` are translate
 Responses run (`oars.chat`, `oars.messages`, the stream re-encoded event by event); does a
 streamed token cost more through them than through `/v1/responses`?
 
-One `oars serve` (the default model, no store), the three doors asked in rotation rep by rep,
-each the same kind of request: a short chat asking for a long count (new from its first token,
-so no cache), greedy, a fixed number of output tokens that the count never reaches. Each rep
-of each door streams `--singles` requests one after the other, then `--streams` at once. The
-client reads the raw SSE lines (httpx, no SDK) and stamps each text delta as it arrives;
-the server's event loop thread (its main thread) is read for its CPU around each load.
+One `oars serve` (the default model, no store) and the three doors asked the same kind of
+request: a short chat asking for a long count (new from its first token, so no cache), greedy,
+a fixed number of output tokens that the count never reaches. A rep asks each door in turn for
+`--singles` streams one after the other, then each door in turn for `--streams` at once; the
+doors' order rotates rep by rep, so the loads compared are seconds apart and each door goes
+first as often. The client reads the raw SSE lines (httpx, no SDK) and stamps each text delta
+as it arrives; the server's event loop thread (its main thread) is read for its CPU around
+each load, the one figure a busy machine leaves nearly alone.
 
     python -m bench.lab.front_doors [--reps 6] [--tokens 64] [--singles 3] [--streams 4]
+        [--threads N] [--minutes 15]
+
+On a shared machine, `--threads 1` spares the engine the stalls of two threads waiting for
+each other at every step when one is descheduled; `--minutes` starts no rep past its budget.
 
 Per door and rep: the median time to the first text delta, the p50 and p99 of the gaps between
 deltas (all streams of the load pooled), a stream's tokens/s after its first delta (median),
@@ -37,7 +43,7 @@ from typing import Any
 import httpx
 
 from bench.prompts import Chat, counting
-from bench.servers import Server, alternate, median, oars_serve, paired, spread, thread_cpu
+from bench.servers import Server, median, oars_serve, paired, spread, thread_cpu
 from oars.weights import pull
 
 Json = dict[str, Any]
@@ -164,13 +170,27 @@ class Load:
         return out
 
 
+def loop_cpu(pid: int) -> float:
+    """CPU seconds of the process's main thread (the server's event loop): the scheduler's
+    own count (microseconds) where the kernel shows it, else the clock ticks of `/proc` (10 ms,
+    too coarse for a few hundred tokens)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/sched") as f:
+            for line in f:
+                if line.startswith("se.sum_exec_runtime"):
+                    return float(line.split(":")[1]) / 1e3
+    except FileNotFoundError:
+        pass
+    return thread_cpu(pid).get(pid, 0.0)
+
+
 def _load(server: Server, door: Door, batches: list[list[Chat]], tokens: int) -> Load:
     """The batches one after the other, each batch's chats at once."""
-    before = thread_cpu(server.pid).get(server.pid, 0.0)
+    before = loop_cpu(server.pid)
     streams = [
         s for chats in batches for s in asyncio.run(_gather(server.base, door, chats, tokens))
     ]
-    return Load(streams, thread_cpu(server.pid).get(server.pid, 0.0) - before)
+    return Load(streams, loop_cpu(server.pid) - before)
 
 
 @dataclass
@@ -182,15 +202,18 @@ class Found:
     prompts: dict[str, set[int]] = field(default_factory=dict)
 
 
-def _rep(server: Server, args: argparse.Namespace, found: Found, door: Door, rep: int) -> None:
-    seed = f"{door.name} {rep}"
-    singles = [[c] for c in counting(f"{seed} single", args.singles)]
-    together = [counting(f"{seed} together", args.streams)]
-    for level, batches, concurrent in (("1 stream", singles, False),
-                                       (f"{args.streams} streams", together, True)):  # fmt: skip
-        load = _load(server, door, batches, args.tokens)
-        found.measures.setdefault((door.name, level), []).append(load.measures(concurrent))
-        found.prompts.setdefault(door.name, set()).update(s.prompt_tokens for s in load.streams)
+def _round(server: Server, args: argparse.Namespace, found: Found, rep: int) -> None:
+    """One rep of every door at each level, the doors one after another (their order rotated
+    rep by rep), so that the three loads of a level are seconds apart."""
+    for level, concurrent in (("1 stream", False), (f"{args.streams} streams", True)):
+        for i in range(len(DOORS)):
+            door = DOORS[(i + rep) % len(DOORS)]
+            seed = f"{door.name} {rep} {level}"
+            chats = counting(seed, args.streams if concurrent else args.singles)
+            batches = [chats] if concurrent else [[chat] for chat in chats]
+            load = _load(server, door, batches, args.tokens)
+            found.measures.setdefault((door.name, level), []).append(load.measures(concurrent))
+            found.prompts.setdefault(door.name, set()).update(s.prompt_tokens for s in load.streams)
 
 
 def _table(found: Found, levels: list[str]) -> str:
@@ -219,26 +242,28 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--reps", type=int, default=6)
+    parser.add_argument("--minutes", type=float, default=15, help="no new rep past this")
+    parser.add_argument("--threads", type=int, help="the engine's (default: oars's)")
     parser.add_argument("--tokens", type=int, default=64, help="output tokens a stream")
     parser.add_argument("--singles", type=int, default=3, help="1-stream requests a rep")
     parser.add_argument("--streams", type=int, default=4, help="concurrent streams")
     args = parser.parse_args()
     home = Path(tempfile.mkdtemp(prefix="front-doors-"))
     model = ["--model", str(pull(quiet=True)), "--store", "none", "--log-level", "warning"]
+    model += ["--threads", str(args.threads)] if args.threads else []
     found = Found()
     server = Server("oars", lambda port: oars_serve(port, *model), home / "oars.log",
                     env={"OARS_HOME": str(home)})  # fmt: skip
     with server:
         for door in DOORS:  # the engine's first requests cost more than the next ones
             asyncio.run(_gather(server.base, door, counting(f"warm {door.name}", 1), 8))
-
-        def run(door: Door, rep: int) -> None:
-            _rep(server, args, found, door, rep)
-            print(f"{door.name}, rep {rep + 1} of {args.reps} done", file=sys.stderr)
-
-        alternate(DOORS, args.reps, run)
+        began, reps = time.monotonic(), 0
+        while reps < args.reps and time.monotonic() - began < args.minutes * 60:
+            _round(server, args, found, reps)
+            reps += 1
+            print(f"rep {reps} of {args.reps} done", file=sys.stderr)
     prompts = {name: sorted(lengths) for name, lengths in found.prompts.items()}
-    print(f"{args.tokens} output tokens a stream, {args.reps} reps, {args.singles} 1-stream "
+    print(f"{args.tokens} output tokens a stream, {reps} reps, {args.singles} 1-stream "
           f"requests and {args.streams} concurrent a rep; prompt tokens {prompts}\n")  # fmt: skip
     print(_table(found, ["1 stream", f"{args.streams} streams"]))
 
