@@ -12,10 +12,12 @@ a fixed number of output tokens that the count never reaches. A rep asks each do
 doors' order rotates rep by rep, so the loads compared are seconds apart and each door goes
 first as often. The client reads the raw SSE lines (httpx, no SDK) and stamps each text delta
 as it arrives; the server's event loop thread (its main thread) is read for its CPU around
-each load, the one figure a busy machine leaves nearly alone.
+each load, the one figure a busy machine leaves nearly alone. `--encode` times only what
+a door adds a token, in this process: one text delta encoded in each door's wire form.
 
     python -m bench.lab.front_doors [--reps 6] [--tokens 64] [--singles 3] [--streams 4]
         [--threads N] [--minutes 15]
+    python -m bench.lab.front_doors --encode
 
 On a shared machine, `--threads 1` spares the engine the stalls of two threads waiting for
 each other at every step when one is descheduled; `--minutes` starts no rep past its budget.
@@ -35,6 +37,7 @@ import json
 import sys
 import tempfile
 import time
+import timeit
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -237,6 +240,39 @@ def _table(found: Found, levels: list[str]) -> str:
     return "\n".join(lines)
 
 
+def encoding() -> dict[str, float]:
+    """Microseconds to encode one text delta as each door sends it (the run's event, a chat
+    chunk, a Messages event), in this process: the most a door's translation adds a token."""
+    from oars.chat import ChunkStream
+    from oars.http.sse import encode
+    from oars.jsonfast import dumps_bytes
+    from oars.messages import EventStream
+
+    response = {"id": "resp_0123456789abcdef", "created_at": 1, "model": "bench", "output": []}
+    created = {"type": "response.created", "sequence_number": 0, "response": response}
+    message = {"type": "message", "id": "msg_0123456789abcdef", "role": "assistant"}
+    added = {"type": "response.output_item.added", "output_index": 0, "item": message}
+    delta = {"type": "response.output_text.delta", "sequence_number": 5, "output_index": 0,
+             "item_id": message["id"], "content_index": 0, "delta": "17", "logprobs": []}  # fmt: skip
+    chunks, events = ChunkStream(include_usage=True), EventStream()
+    for event in (created, added):
+        chunks.feed(event)
+        events.feed(event)
+
+    def chat() -> bytes:
+        return b"".join(b"data: " + dumps_bytes(c) + b"\n\n" for c in chunks.feed(delta))
+
+    def messages() -> bytes:
+        return b"".join(
+            b"event: " + name.encode() + b"\ndata: " + dumps_bytes(data) + b"\n\n"
+            for name, data in events.feed(delta)
+        )
+
+    doors = {"responses": lambda: encode(delta), "chat": chat, "messages": messages}
+    n = 100_000
+    return {name: min(timeit.repeat(f, number=n, repeat=5)) / n * 1e6 for name, f in doors.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -247,7 +283,12 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64, help="output tokens a stream")
     parser.add_argument("--singles", type=int, default=3, help="1-stream requests a rep")
     parser.add_argument("--streams", type=int, default=4, help="concurrent streams")
+    parser.add_argument("--encode", action="store_true", help="only time the encoding")
     args = parser.parse_args()
+    if args.encode:
+        cost = encoding()
+        print(" · ".join(f"{name} {us:.2f} µs" for name, us in cost.items()), "a text delta")
+        return
     home = Path(tempfile.mkdtemp(prefix="front-doors-"))
     model = ["--model", str(pull(quiet=True)), "--store", "none", "--log-level", "warning"]
     model += ["--threads", str(args.threads)] if args.threads else []
