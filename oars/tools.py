@@ -224,35 +224,28 @@ def _tool_search(raw: Mapping[str, Any], param: str) -> Tool:
 
 # The client tool types with a call item of their own, offered as functions the model calls by
 # these names and parameters; `oars.events.items` turns the call into the item.
-SHELL_PARAMETERS: Mapping[str, Any] = {
-    "type": "object",
-    "properties": {
-        "commands": {
-            "type": "array",
-            "items": {"type": "string"},
-            "minItems": 1,
-            "description": "Shell commands to run in order, each a line of shell.",
-        },
-        "timeout_ms": {"type": "integer", "description": "Stop the commands after this long."},
-    },
-    "required": ["commands"],
-    "additionalProperties": False,
-}
-LOCAL_SHELL_PARAMETERS: Mapping[str, Any] = {
-    "type": "object",
-    "properties": {
-        "command": {
-            "type": "array",
-            "items": {"type": "string"},
-            "minItems": 1,
-            "description": 'The program and its arguments, e.g. ["ls", "-l"].',
-        },
-        "working_directory": {"type": "string"},
-        "timeout_ms": {"type": "integer"},
-    },
-    "required": ["command"],
-    "additionalProperties": False,
-}
+def _lines(key: str, description: str, **more: Any) -> Mapping[str, Any]:
+    """Parameters of one required array of strings, and `more`."""
+    strings = {"type": "array", "items": {"type": "string"}, "minItems": 1}
+    return {
+        "type": "object",
+        "properties": {key: {**strings, "description": description}, **more},
+        "required": [key],
+        "additionalProperties": False,
+    }
+
+
+SHELL_PARAMETERS = _lines(
+    "commands",
+    "Shell commands to run in order, each a line of shell.",
+    timeout_ms={"type": "integer", "description": "Stop the commands after this long."},
+)
+LOCAL_SHELL_PARAMETERS = _lines(
+    "command",
+    'The program and its arguments, e.g. ["ls", "-l"].',
+    working_directory={"type": "string"},
+    timeout_ms={"type": "integer"},
+)
 _PATH = {"type": "string", "description": "The file's path."}
 # A diff's lines, held to their form while the model writes them (a small model otherwise
 # writes a new file's text with no '+'): a new file's lines each start with '+'; a change's

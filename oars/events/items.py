@@ -194,14 +194,7 @@ def _apply_patch_call_wire(item: Item) -> dict[str, Any]:
 
 
 def _tool_search_output_wire(item: Item) -> dict[str, Any]:
-    return {
-        "id": item.id,
-        "type": "tool_search_output",
-        "status": item.status,
-        "call_id": item.call_id,
-        "execution": item.execution,
-        "tools": item.tools,
-    }
+    return {**_typed_call_fields(item), "execution": item.execution, "tools": item.tools}
 
 
 def _compaction_wire(item: Item) -> dict[str, Any]:

@@ -271,36 +271,15 @@ def test_a_search_output_must_answer_a_search_and_hold_valid_tools(tmp_path: Pat
     async def test(client: httpx.AsyncClient) -> None:
         first = await _create(client, {"input": "Go.", "tools": [SEARCH]})
         (call,) = first["output"]
-        stray = await client.post(
-            "/responses",
-            json={
-                "model": "m",
-                "previous_response_id": first["id"],
-                "input": [_output({"call_id": "call_never"}, [AGENTS])],
-            },
-        )
-        assert stray.status_code == 400
-        assert stray.json()["error"]["param"] == "input[0].call_id"
-        broken = await client.post(
-            "/responses",
-            json={
-                "model": "m",
-                "previous_response_id": first["id"],
-                "input": [_output(call, [{"type": "function", "name": "bad name"}])],
-            },
-        )
-        assert broken.status_code == 400
-        assert broken.json()["error"]["param"] == "input[0].tools[0].name"
-        hosted = await client.post(
-            "/responses",
-            json={
-                "model": "m",
-                "previous_response_id": first["id"],
-                "input": [_output(call, [{"type": "code_interpreter", "container": "c"}])],
-            },
-        )
-        assert hosted.status_code == 400
-        assert hosted.json()["error"]["param"] == "input[0].tools[0]"
+        cases = [
+            (_output({"call_id": "call_never"}, [AGENTS]), "input[0].call_id"),
+            (_output(call, [{"type": "function", "name": "bad name"}]), "input[0].tools[0].name"),
+            (_output(call, [{"type": "code_interpreter", "container": "c"}]), "input[0].tools[0]"),
+        ]
+        for item, param in cases:
+            body = {"model": "m", "previous_response_id": first["id"], "input": [item]}
+            r = await client.post("/responses", json=body)
+            assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
 
     _run(test, engine, store=SqlStore(f"sqlite:///{tmp_path}/oars.db"))
 
