@@ -23,7 +23,7 @@ from urllib.parse import unquote, urlsplit
 
 import aiohttp
 
-from oars.engines.base import ModelInfo, Opened
+from oars.engines.base import Opened
 from oars.engines.upstream.body import chat_body
 from oars.engines.upstream.chunks import ChunkReader, json_object, merged
 from oars.engines.upstream.config import UpstreamConfig, replica_name
@@ -110,7 +110,7 @@ class UpstreamEngine:
         self.pacing = pacing or Pacing()
         self.url = url or config.url
         self.name = replica_name(self.url)
-        self.info = ModelInfo(config.model, owned_by="upstream", modalities=config.modalities)
+        self.info = config.info()
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.streams = 0

@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
+from oars.engines.base import ModelInfo
 from oars.families import THINK_TAGS, Family, make
 from oars.generation import MODALITIES
 
@@ -31,6 +32,10 @@ class UpstreamConfig:
     # no `json_schema` response format) instead of OpenAI's `json_schema`.
     schema_in_json_object: bool = False
     modalities: tuple[str, ...] = MODALITIES  # what a request's input may hold
+    # What oars cannot learn of the model (for `/v1/models`, and the context for compaction):
+    # None is "not known", never a guess. `parse_think` says it reasons.
+    context_window: int | None = None
+    reasoning: bool | None = None
     connect_timeout: float = 10.0
     first_byte_timeout: float = 300.0  # until the upstream answers (its prefill)
     idle_timeout: float = 120.0  # between two chunks of a stream
@@ -55,6 +60,9 @@ class UpstreamConfig:
                 f"{self.model}: modalities are text and any of image, file, audio "
                 f"(got {', '.join(self.modalities)})"
             )
+        window = self.context_window
+        if window is not None and (not isinstance(window, int) or window < 1):
+            raise ValueError(f"{self.model}: context_window is a number of tokens, got {window!r}")
         object.__setattr__(self, "urls", tuple(urls))
         object.__setattr__(self, "url", urls[0])
         object.__setattr__(self, "modalities", tuple(self.modalities))
@@ -62,6 +70,17 @@ class UpstreamConfig:
     @property
     def family(self) -> Family:
         return make(self.parse_calls, THINK_TAGS if self.parse_think else None)
+
+    def info(self) -> ModelInfo:
+        """What oars knows of the model from this configuration."""
+        reasoning = True if self.parse_think and self.reasoning is None else self.reasoning
+        return ModelInfo(
+            self.model,
+            context_length=self.context_window,
+            owned_by="upstream",
+            modalities=self.modalities,
+            reasoning=reasoning,
+        )
 
     def headers(self) -> dict[str, str]:
         key = os.environ.get(self.api_key_env, "") if self.api_key_env else ""

@@ -30,7 +30,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
-from oars.engines.base import ModelInfo, Opened
+from oars.engines.base import Opened
 from oars.engines.upstream.client import Pacing, UpstreamEngine, UpstreamOpened
 from oars.engines.upstream.config import UpstreamConfig
 from oars.errors import UpstreamError
@@ -69,7 +69,7 @@ class ReplicaSet:
 
     def __init__(self, config: UpstreamConfig, pacing: Pacing | None = None) -> None:
         self.config = config
-        self.info = ModelInfo(config.model, owned_by="upstream", modalities=config.modalities)
+        self.info = config.info()
         self.replicas = [Replica(UpstreamEngine(config, url, pacing)) for url in config.urls]
         self.observe: Callable[[ReplicaEvent], None] | None = None
         self._checks: asyncio.Task[None] | None = None
