@@ -6,6 +6,7 @@ OpenAI's error shape for a model not served."""
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,7 +16,8 @@ import pytest
 
 from oars import api
 from oars.engines.base import Engine, ModelInfo
-from oars.engines.upstream import UpstreamConfig, UpstreamEngine
+from oars.engines.upstream import ReplicaSet, UpstreamConfig, UpstreamEngine
+from oars.engines.upstream.config import listed_context
 from oars.families import THINK_TAGS, Harmony, Hermes
 from oars.http import create_app
 from oars.mcp.config import McpConfig
@@ -23,6 +25,7 @@ from oars.service import ResponsesService
 from oars.testing import ScriptedEngine
 from oars.toolbox import ToolboxFactory
 from tests.conftest import serving
+from tests.upstream_replay import Replay
 
 THINKS = ModelInfo(
     "thinker",
@@ -120,3 +123,36 @@ def test_an_unknown_model_is_a_404_in_openais_shape() -> None:
 def test_a_configured_context_window_is_a_number_of_tokens() -> None:
     with pytest.raises(ValueError, match="context_window"):
         UpstreamConfig("m", UNREACHED, context_window=0)
+
+
+def test_an_upstreams_listing_gives_the_context_when_the_table_does_not() -> None:
+    """vLLM lists `max_model_len`; the gateway reads it once, in the background, for the model
+    by its upstream name. A listing without it, or a table that says it, is not overruled."""
+    with Replay() as vllm, Replay() as bare:
+        vllm.listing = [
+            {"id": "other", "max_model_len": 1},
+            {"id": "Qwen/Q", "max_model_len": 32768},
+        ]
+        engines: dict[str, Engine] = {
+            "listed": ReplicaSet(UpstreamConfig("listed", vllm.url, upstream_model="Qwen/Q")),
+            "unlisted": ReplicaSet(UpstreamConfig("unlisted", bare.url)),
+            "told": ReplicaSet(
+                UpstreamConfig("told", vllm.url, upstream_model="Qwen/Q", context_window=8)
+            ),
+        }
+        with _serving(engines) as (_, url):
+            deadline = time.monotonic() + 10
+            while (windows := _windows(url))["listed"] is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+    assert windows == {"listed": 32768, "unlisted": None, "told": 8}
+
+
+def _windows(url: str) -> dict[str, int | None]:
+    return {m["id"]: m["context_window"] for m in httpx.get(f"{url}/v1/models").json()["data"]}
+
+
+def test_a_listing_is_read_for_the_model_named_and_a_positive_number() -> None:
+    listing = {"data": [{"id": "a", "max_model_len": True}, {"id": "b", "context_length": 4096}]}
+    assert listed_context(listing, "b") == 4096
+    assert listed_context(listing, "a") is None and listed_context(listing, "c") is None
+    assert listed_context({"data": "x"}, "a") is None and listed_context([], "a") is None

@@ -150,3 +150,14 @@ def test_the_keys_limits_apply_to_chat(keyed_gateway: str) -> None:
     assert second.json()["error"]["code"] == "rate_limit_exceeded"
     finishes = [c.choices[0].finish_reason for c in first["chunks"] if c.choices]
     assert finishes[-1] in ("stop", "length")
+
+
+def test_the_catalog_says_what_the_gateway_knows_of_the_upstream_model(keyed_gateway: str) -> None:
+    """llama-cpp-python's listing reports no context window and the table says none: null."""
+    with _client(keyed_gateway) as client:
+        model = client.models.retrieve(MODEL)
+    assert model.id == MODEL and model.owned_by == "upstream"
+    headers = {"authorization": f"Bearer {KEY}"}
+    entry = httpx.get(f"{keyed_gateway}/models/{MODEL}", headers=headers).json()
+    assert entry["context_window"] is None and entry["reasoning"] is None
+    assert entry["input_modalities"] == ["text", "image", "file", "audio"]

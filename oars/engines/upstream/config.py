@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from oars.engines.base import ModelInfo
@@ -85,6 +86,24 @@ class UpstreamConfig:
     def headers(self) -> dict[str, str]:
         key = os.environ.get(self.api_key_env, "") if self.api_key_env else ""
         return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+# Where a server's model listing gives a model's context window (vLLM and SGLang: max_model_len).
+_CONTEXT_FIELDS = ("max_model_len", "context_window", "context_length")
+
+
+def listed_context(listing: Any, name: str) -> int | None:
+    """The context window a model listing (`GET …/models`) reports for the model `name`; None
+    when it reports none (llama-cpp-python's, OpenAI's own)."""
+    data = listing.get("data") if isinstance(listing, dict) else None
+    for model in data if isinstance(data, list) else []:
+        if not isinstance(model, dict) or model.get("id") != name:
+            continue
+        for key in _CONTEXT_FIELDS:
+            value = model.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return None
 
 
 def upstream_arg(text: str) -> UpstreamConfig:
