@@ -10,11 +10,11 @@ and its `/models` read it). What oars does not know is null, never a guess.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
-from oars.engines.base import ModelInfo
+from oars.engines.base import Engine, ModelInfo
 
 Json = dict[str, Any]
 
@@ -28,6 +28,11 @@ class Served:
 
     created: int  # when the server started: its models are as old as it is
     mcp: bool  # it runs MCP tools (`--mcp-allow`)
+
+
+def models(engines: Mapping[str, Engine]) -> dict[str, ModelInfo]:
+    """Each served model's info, under the name clients ask for it by."""
+    return {name: replace(engine.info, id=name) for name, engine in engines.items()}
 
 
 def entry(info: ModelInfo, served: Served) -> Json:

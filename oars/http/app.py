@@ -14,7 +14,6 @@ import secrets
 import socket
 import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import replace
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -27,7 +26,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from oars import api, catalog, logs
-from oars.engines.base import ModelInfo
 from oars.errors import ClientError, EngineError, NotFound, StoreUnavailable
 from oars.http import chat, conversations, messages, pages, responses, websocket
 from oars.http.common import JSON, Shared, shared
@@ -48,20 +46,15 @@ def _served(oars: Shared) -> catalog.Served:
     return catalog.Served(created=oars.started, mcp=oars.service.toolboxes is not None)
 
 
-def _infos(oars: Shared) -> dict[str, ModelInfo]:
-    """Each served model's info under the name clients ask for it by."""
-    return {name: replace(e.info, id=name) for name, e in oars.service.engines.items()}
-
-
 async def list_models(request: Request) -> Response:
     oars = shared(request)
-    return JSON(catalog.listing(_infos(oars).values(), _served(oars)))
+    return JSON(catalog.listing(catalog.models(oars.service.engines).values(), _served(oars)))
 
 
 async def retrieve_model(request: Request) -> Response:
     oars = shared(request)
     model = request.path_params["model"]
-    info = _infos(oars).get(model)
+    info = catalog.models(oars.service.engines).get(model)
     if info is None:
         raise NotFound(f"The model {model[:200]!r} does not exist.", param="model",
                        code="model_not_found")  # fmt: skip

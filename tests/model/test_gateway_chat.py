@@ -84,26 +84,11 @@ def test_a_chat_completion_through_the_gateway_whole_and_streamed(keyed_gateway:
 
 
 def test_a_tool_call_through_the_gateway(keyed_gateway: str) -> None:
+    body: dict[str, Any] = {"model": MODEL, "messages": QUESTION, "tools": [WEATHER]}
+    body |= {"tool_choice": "required", "max_tokens": CAP, "temperature": 0}
     with _client(keyed_gateway) as client:
-        done = client.chat.completions.create(
-            model=MODEL,
-            messages=QUESTION,
-            tools=[WEATHER],
-            tool_choice="required",
-            max_tokens=CAP,
-            temperature=0,
-        )
-        streamed = list(
-            client.chat.completions.create(
-                model=MODEL,
-                messages=QUESTION,
-                tools=[WEATHER],
-                tool_choice="required",
-                max_tokens=CAP,
-                temperature=0,
-                stream=True,
-            )
-        )
+        done = client.chat.completions.create(**body)
+        streamed = list(client.chat.completions.create(**body, stream=True))
     calls = done.choices[0].message.tool_calls
     assert done.choices[0].finish_reason == "tool_calls" and calls, done
     call = calls[0]
