@@ -106,7 +106,8 @@ class CatalogModel(Model):
     input_modalities: list[Literal["text", "image", "file", "audio"]]
     reasoning: bool | None
     reasoning_efforts: list[str]
-    server_tools: list[Literal["mcp"]]
+    server_tools: list[Literal["tool_search", "mcp"]]
+    client_tools: list[str]
     supports_search_tool: bool
     apply_patch_tool_type: Literal["freeform", "function"]
     supports_parallel_tool_calls: bool

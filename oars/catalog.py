@@ -3,7 +3,7 @@
 Each entry is OpenAI's `Model` (`id`, `object`, `created`, `owned_by`, what the openai SDK's
 `models.list()` and `retrieve()` read) with the capabilities clients otherwise guess: the
 context window, the input modalities, whether it reasons and at which efforts, the tools this
-server runs for it, and the form of `apply_patch` it takes. The listing also carries them as
+server runs for it and those it hands to the client, and the form of `apply_patch` it takes. The listing also carries them as
 Codex's own model catalog (`models`, the shape of Codex's `ModelInfo`, as `model_catalog_json`
 and its `/models` read it). What oars does not know is null, never a guess.
 """
@@ -18,6 +18,8 @@ from oars.engines.base import Engine, ModelInfo
 
 Json = dict[str, Any]
 
+# The tool types offered to the model whose calls the client runs (docs/tools.md).
+CLIENT_TOOLS = ("function", "custom", "tool_search", "shell", "local_shell", "apply_patch")
 # Codex's input modalities are text and image; files and audio have no tag there.
 _CODEX_MODALITIES = ("text", "image")
 
@@ -46,10 +48,13 @@ def entry(info: ModelInfo, served: Served) -> Json:
         "input_modalities": list(info.modalities),
         "reasoning": info.reasoning,
         "reasoning_efforts": list(info.reasoning_efforts),
-        # The hosted tools this server runs itself: MCP when it runs any; search, file search,
-        # code interpreter and the rest are not run here.
-        "server_tools": ["mcp"] if served.mcp else [],
-        "supports_search_tool": False,
+        # The tools this server runs itself: its tool search over the request's deferred tools,
+        # and MCP when it runs any; web search, file search, code interpreter and the rest are
+        # not run here (web_search is accepted and not offered; the others are a 400).
+        "server_tools": ["tool_search", *(["mcp"] if served.mcp else [])],
+        # The tool types it offers the model and hands back for the client to run.
+        "client_tools": list(CLIENT_TOOLS),
+        "supports_search_tool": True,
         "apply_patch_tool_type": "freeform",
         "supports_parallel_tool_calls": True,
     }
@@ -60,7 +65,8 @@ def codex_entry(info: ModelInfo) -> Json:
 
     `apply_patch_tool_type` is `freeform`: a custom tool with a Lark grammar, which oars
     decodes under (a patch is as valid as the grammar makes it). `supports_search_tool` is
-    false: oars runs no tool search, so Codex sends MCP tools whole rather than deferred.
+    true: oars offers a client's `tool_search` over its deferred tools and loads what its
+    `tool_search_output` returns, so Codex may defer its MCP tools behind it.
     `shell_type` is `shell_command` (a function tool every model with calls can use) and
     `truncation_policy` the size Codex cuts tool outputs to: Codex needs them, and they are
     the client's choices, not facts of the model. No `base_instructions`: the prompt is the
@@ -84,7 +90,7 @@ def codex_entry(info: ModelInfo) -> Json:
         "supports_parallel_tool_calls": True,
         "experimental_supported_tools": [],
         "input_modalities": [m for m in _CODEX_MODALITIES if m in info.modalities],
-        "supports_search_tool": False,
+        "supports_search_tool": True,
     }
     if info.context_length is not None:  # Codex reads an absent window as unknown
         out["context_window"] = info.context_length

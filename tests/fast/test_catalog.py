@@ -73,7 +73,8 @@ def test_the_sdk_lists_and_retrieves_models_with_their_capabilities() -> None:
     # an upstream configured with nothing: oars knows nothing, and says so
     assert bare["context_window"] is None and bare["reasoning"] is None
     for entry in raw["data"]:
-        assert entry["supports_search_tool"] is False and entry["server_tools"] == []
+        assert entry["supports_search_tool"] is True and entry["server_tools"] == ["tool_search"]
+        assert {"function", "custom", "tool_search", "apply_patch"} <= set(entry["client_tools"])
         assert entry["apply_patch_tool_type"] == "freeform"
 
 
@@ -91,7 +92,7 @@ def test_codex_reads_the_same_models_as_its_catalog() -> None:
         "image",
     ]
     for model in models:
-        assert model["apply_patch_tool_type"] == "freeform" and not model["supports_search_tool"]
+        assert model["apply_patch_tool_type"] == "freeform" and model["supports_search_tool"]
         assert "base_instructions" not in model  # the operator's to write
 
 
@@ -101,11 +102,11 @@ def test_harmony_reasons_at_its_three_levels() -> None:
     assert not Hermes().reasons and Hermes().efforts == ()
 
 
-def test_mcp_is_the_tool_the_server_runs_when_it_runs_any() -> None:
+def test_mcp_is_a_tool_the_server_runs_when_it_runs_any() -> None:
     toolboxes = ToolboxFactory(McpConfig.of(allow=["http://127.0.0.1"]))
     with _serving({"thinker": ScriptedEngine(info=THINKS)}, toolboxes=toolboxes) as (_, url):
         entry = httpx.get(f"{url}/v1/models/thinker").json()
-    assert entry["server_tools"] == ["mcp"] and entry["id"] == "thinker"
+    assert entry["server_tools"] == ["tool_search", "mcp"] and entry["id"] == "thinker"
 
 
 def test_an_unknown_model_is_a_404_in_openais_shape() -> None:

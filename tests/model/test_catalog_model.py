@@ -28,6 +28,7 @@ def test_the_default_model_is_listed_with_what_the_engine_knows(server: str) -> 
     assert entry["context_window"] == 4096  # the server's --ctx
     assert entry["input_modalities"] == ["text"] and entry["reasoning"] is False
     assert entry["reasoning_efforts"] == []
-    assert entry["server_tools"] == ["mcp"]  # `oars serve` runs the MCP servers a request names
+    # its own tool search, and the MCP servers a request names (`oars serve` runs them)
+    assert entry["server_tools"] == ["tool_search", "mcp"] and entry["supports_search_tool"]
     assert codex["slug"] == MODEL and codex["context_window"] == 4096
     assert codex["input_modalities"] == ["text"] and codex["supported_reasoning_levels"] == []
