@@ -39,6 +39,7 @@ __all__ = [
     "AnthropicError",
     "AnthropicMessage",
     "AnthropicStreamEvent",
+    "CatalogModel",
     "ChatCompletion",
     "ChatCompletionChunk",
     "ChatCompletionCreateParams",
@@ -97,9 +98,61 @@ class ResponseDeleted(BaseModel):
     deleted: Literal[True]
 
 
+class CatalogModel(Model):
+    """A model as OpenAI's `Model`, with what oars knows of it (`oars.catalog`; null: not
+    known)."""
+
+    context_window: int | None
+    input_modalities: list[Literal["text", "image", "file", "audio"]]
+    reasoning: bool | None
+    reasoning_efforts: list[str]
+    server_tools: list[Literal["tool_search", "mcp"]]
+    client_tools: list[str]
+    supports_search_tool: bool
+    apply_patch_tool_type: Literal["freeform", "function"]
+    supports_parallel_tool_calls: bool
+
+
+class CodexEffort(BaseModel):
+    effort: str
+    description: str
+
+
+class CodexTruncation(BaseModel):
+    mode: Literal["tokens", "bytes"]
+    limit: int
+
+
+class CodexModel(BaseModel):
+    """A model as Codex's `ModelInfo` (what `model_catalog_json` holds)."""
+
+    slug: str
+    display_name: str
+    description: str | None
+    supported_reasoning_levels: list[CodexEffort]
+    shell_type: Literal["default", "local", "unified_exec", "disabled", "shell_command"]
+    visibility: Literal["list", "hide", "none"]
+    supported_in_api: bool
+    priority: int
+    upgrade: None
+    supports_reasoning_summaries: bool
+    support_verbosity: bool
+    default_verbosity: None
+    apply_patch_tool_type: Literal["freeform", "function"] | None
+    truncation_policy: CodexTruncation
+    supports_parallel_tool_calls: bool
+    experimental_supported_tools: list[str]
+    input_modalities: list[Literal["text", "image"]]
+    supports_search_tool: bool
+    context_window: int | None = None
+
+
 class ModelList(BaseModel):
+    """OpenAI's model list, and the same models as Codex's catalog (`models`)."""
+
     object: Literal["list"]
-    data: list[Model]
+    data: list[CatalogModel]
+    models: list[CodexModel]
 
 
 class ResponseList(BaseModel):

@@ -182,7 +182,8 @@ class EngineChunk:
 
     `text` is raw model output, read by the generation's parser. An engine that gets output
     already parsed (an upstream's reasoning and indexed call deltas) sends it as `segments`,
-    which come after the chunk's text.
+    which come after the chunk's text. `stop_sequence`, on the last chunk: the request's stop
+    sequence that ended the generation (None: an end-of-generation token, or not known).
     """
 
     text: str = ""
@@ -191,3 +192,4 @@ class EngineChunk:
     finish: FinishReason | None = None
     usage: Usage | None = None
     segments: tuple[Segment, ...] = ()
+    stop_sequence: str | None = None

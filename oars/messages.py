@@ -270,10 +270,23 @@ def message_id(response_id: str) -> str:
     return "msg_" + response_id.removeprefix("resp_")
 
 
-def stop_reason(response: Mapping[str, Any]) -> str:
-    """Why the generation ended, in Anthropic's words. (A stop sequence ends the turn as the
-    end-of-turn token does: the Responses path does not say which one matched.)"""
-    return _STOP_REASONS[ending(response)]
+def stop_reason(response: Mapping[str, Any], stop_sequence: str | None = None) -> str:
+    """Why the generation ended, in Anthropic's words. `stop_sequence`: the request's stop
+    sequence that ended it (the run knows it; the Responses object has no field for it). A
+    turn that ends with calls is `tool_use` whatever stopped it: that is what a client acts on."""
+    reason = ending(response)
+    if reason == "done" and stop_sequence is not None:
+        return "stop_sequence"
+    return _STOP_REASONS[reason]
+
+
+def _ending(response: Mapping[str, Any], stop_sequence: str | None) -> Json:
+    """`stop_reason` and `stop_sequence`, as the message and its `message_delta` carry them."""
+    reason = stop_reason(response, stop_sequence)
+    return {
+        "stop_reason": reason,
+        "stop_sequence": stop_sequence if reason == "stop_sequence" else None,
+    }
 
 
 _STOP_REASONS = {
@@ -340,14 +353,16 @@ def _arguments(arguments: str) -> Any:
         return {}  # a call's arguments are JSON unless the model wrote malformed text
 
 
-def message(response: Mapping[str, Any]) -> Json:
-    """A final response as a `message`."""
+def message(response: Mapping[str, Any], stop_sequence: str | None = None) -> Json:
+    """A final response as a `message` (`stop_sequence`: the one that ended it, if one did)."""
     blocks = [_filled(item) for item in response["output"]]
-    return _head(response) | {
-        "content": [b for b in blocks if b is not None],
-        "stop_reason": stop_reason(response),
-        "usage": usage(response.get("usage")),
-    }
+    content = {"content": [b for b in blocks if b is not None]}
+    return (
+        _head(response)
+        | content
+        | _ending(response, stop_sequence)
+        | {"usage": usage(response.get("usage"))}
+    )
 
 
 _ERRORS = {401: "authentication_error", 403: "permission_error", 404: "not_found_error"}
@@ -374,7 +389,11 @@ class EventStream:
 
     _blocks: dict[int, int] = field(default_factory=dict)  # output_index → block index
 
-    def feed(self, event: Mapping[str, Any]) -> list[Event]:
+    def feed(self, event: Mapping[str, Any], stop_sequence: str | None = None) -> list[Event]:
+        """The Messages events of one response event; `stop_sequence`, with the terminal event:
+        the stop sequence that ended the generation, if one did."""
+        if event["type"] in _ENDINGS:
+            return self._ended(event, stop_sequence)
         handler = _EVENTS.get(event["type"])
         return handler(self, event) if handler is not None else []
 
@@ -418,9 +437,9 @@ class EventStream:
             out = self._delta(event, signature)
         return [*out, ("content_block_stop", {"type": "content_block_stop", "index": index})]
 
-    def _ended(self, event: Mapping[str, Any]) -> list[Event]:
+    def _ended(self, event: Mapping[str, Any], stop_sequence: str | None) -> list[Event]:
         response = event["response"]
-        delta = {"stop_reason": stop_reason(response), "stop_sequence": None}
+        delta = _ending(response, stop_sequence)
         data = {"type": "message_delta", "delta": delta, "usage": usage(response.get("usage"))}
         return [("message_delta", data), ("message_stop", {"type": "message_stop"})]
 
@@ -436,7 +455,6 @@ _EVENTS: dict[str, Callable[[EventStream, Mapping[str, Any]], list[Event]]] = {
     "response.reasoning_text.delta": EventStream._reasoning,
     "response.function_call_arguments.delta": EventStream._arguments,
     "response.output_item.done": EventStream._done,
-    "response.completed": EventStream._ended,
-    "response.incomplete": EventStream._ended,
     "response.failed": EventStream._failed,
 }
+_ENDINGS = frozenset({"response.completed", "response.incomplete"})

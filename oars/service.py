@@ -171,6 +171,8 @@ class Generation:
         self.engine, self.turn, self.builder = engine, turn, builder
         self.toolbox = toolbox
         self.error: OarsError | None = None  # what failed it, for a response not streamed
+        # the stop sequence that ended its last step, for a door that names it (Messages)
+        self.stop_sequence: str | None = None
         self._first: Opened | None = None  # the first step, opened by `open`
         self._unread: int | None = None  # `generate: false`: the input's tokens
         self._step: Step | None = None
@@ -237,6 +239,7 @@ class Generation:
                 yield batch
             assert step.finish is not None
             usage, finish, rounds = _sum(usage, step.usage), step.finish, rounds + 1
+            self.stop_sequence = step.stop_sequence
             if toolbox is None or not toolbox.goes_on(step, rounds):
                 break
         yield self._release() + self.builder.finish(finish, usage)

@@ -132,6 +132,7 @@ class Step:
         self.opened, self.builder, self.tools = opened, builder, tools
         self.parser = opened.parser
         self.finish: FinishReason | None = None
+        self.stop_sequence: str | None = None  # the stop sequence that ended it, if one did
         self.usage = Usage()
         self.client_calls = 0  # calls the client runs
         self.server_calls = 0  # calls this server ran (or asked approval for)
@@ -174,6 +175,7 @@ class Step:
         if not usage.reasoning_tokens:  # unless the engine counted them itself
             usage = replace(usage, reasoning_tokens=self._reasoning_tokens)
         self.finish, self.usage = finish.finish, usage
+        self.stop_sequence = finish.stop_sequence
         if log.isEnabledFor(logging.DEBUG):
             log.debug("%s output: %s", self.builder.id, self.builder.output)
 

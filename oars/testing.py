@@ -2,6 +2,7 @@
 
 engine = ScriptedEngine(["Hel", "lo", "!"])             # three chunks, then stop
 engine = ScriptedEngine(["Hi"], finish=FinishReason.LENGTH)
+engine = ScriptedEngine(["Hi", " END", "more"])          # with stop=["END"]: "Hi ", then stop
 engine = ScriptedEngine(["Hi", ScriptedEngine.FAIL])     # an engine failure mid-stream
 engine = ScriptedEngine(lambda request: ["Done."] if request.after_tool_output else [CALL])
                                                          # a script chosen per generation
@@ -92,8 +93,11 @@ class ScriptedEngine:
                 yield self._last(prepared, produced, FinishReason.LENGTH)
                 return
             produced += 1
-            text = str(piece)
+            text, stop = _cut(str(piece), prepared.request.sampling.stop)
             yield EngineChunk(text, 1, self._logprobs(text))
+            if stop is not None:
+                yield self._last(prepared, produced, FinishReason.STOP, stop)
+                return
         yield self._last(prepared, produced, self.finish)
 
     def _logprobs(self, text: str) -> tuple[TokenLogprob, ...]:
@@ -102,9 +106,21 @@ class ScriptedEngine:
         return (TokenLogprob(text, tuple(text.encode()), -0.5),)
 
     @staticmethod
-    def _last(prepared: Prepared, produced: int, reason: FinishReason) -> EngineChunk:
+    def _last(
+        prepared: Prepared, produced: int, reason: FinishReason, stop: str | None = None
+    ) -> EngineChunk:
         usage = Usage(input_tokens=len(prepared.prompt_tokens), output_tokens=produced)
-        return EngineChunk("", 0, finish=reason, usage=usage)
+        return EngineChunk("", 0, finish=reason, usage=usage, stop_sequence=stop)
+
+
+def _cut(text: str, stops: Sequence[str]) -> tuple[str, str | None]:
+    """A chunk up to the first stop sequence in it, and that sequence (as the embedded engine
+    ends its output; a sequence split across chunks is not looked for)."""
+    found = [(p, s) for s in stops if (p := text.find(s)) >= 0]
+    if not found:
+        return text, None
+    cut, stop = min(found)
+    return text[:cut], stop
 
 
 def run_to_end(service: ResponsesService, request: ResponseRequest) -> list[Event]:

@@ -82,6 +82,9 @@ class Replay:
         self.healthy = True  # how it answers a health check (GET …/models)
         self.health_checks = 0
         self.health_delay = 0.0  # seconds before a health check is answered
+        self.listing: list[dict[str, Any]] = [
+            {"id": "up"}
+        ]  # its models, as GET …/models lists them
         replay = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -94,7 +97,7 @@ class Replay:
                 replay.health_checks += 1
                 time.sleep(replay.health_delay)
                 ok = replay.healthy and self.path.rstrip("/").endswith("/models")
-                body = json.dumps({"object": "list", "data": [{"id": "up"}]} if ok else {})
+                body = json.dumps({"object": "list", "data": replay.listing} if ok else {})
                 self.send_response(200 if ok else 503)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(body)))

@@ -12,10 +12,15 @@ from oars.parsing.pipeline import OutputParser
 
 @dataclass(frozen=True)
 class ModelInfo:
+    """What oars knows of a model, for its entry in `/v1/models` (`oars.catalog`) and for the
+    checks made of a request (context, media). None: not known here (an upstream's)."""
+
     id: str
-    context_length: int | None = None  # None: not known here (an upstream's)
+    context_length: int | None = None
     owned_by: str = "oars"
     modalities: tuple[str, ...] = ("text",)  # what its input may hold (oars.generation.MODALITIES)
+    reasoning: bool | None = None  # it thinks before it answers
+    reasoning_efforts: tuple[str, ...] = ()  # the `reasoning.effort` values that change it
 
 
 @dataclass(frozen=True)

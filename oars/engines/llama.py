@@ -102,7 +102,12 @@ class LlamaEngine:
         self.n_ctx = n_ctx  # per sequence
         self.parallel = parallel or default_parallel(n_ctx)
         self.queue_depth = queue_depth
-        self.info = ModelInfo(model_id or path.stem, context_length=n_ctx)
+        self.info = ModelInfo(
+            model_id or path.stem,
+            context_length=n_ctx,
+            reasoning=self.family.reasons,
+            reasoning_efforts=self.family.efforts,
+        )
         self.grammars = Grammars(self._vocab, self.n_vocab)
         self._markers = self._single_tokens(self.family.markers)
         # What each token spells and is, asked of llama.cpp once (about a second of calls):

@@ -124,7 +124,7 @@ class SequenceDecoder:
         self.rng = np.random.default_rng(self.params.seed)
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self.held = ""  # text held back because it may start a stop sequence
-        self.stopped_by_sequence = False
+        self.stop_sequence: str | None = None  # the stop sequence that matched
         self.produced = 0
         self.cached = 0
         self.budget = 0
@@ -185,8 +185,9 @@ class SequenceDecoder:
             input_tokens=len(self.prompt), cached_tokens=self.cached, output_tokens=self.produced
         )
         # Text held back as a possible stop sequence is output unless a stop sequence matched.
-        tail = "" if self.stopped_by_sequence else self.held + self.decoder.decode(b"", final=True)
-        self.emit(EngineChunk(tail + end_marker, 0, finish=reason, usage=usage))
+        stop = self.stop_sequence
+        tail = "" if stop is not None else self.held + self.decoder.decode(b"", final=True)
+        self.emit(EngineChunk(tail + end_marker, 0, finish=reason, usage=usage, stop_sequence=stop))
 
     def _grammar_finished(self) -> bool:
         """True when a completed grammar ends the output; arms or disarms lazy constraints."""
@@ -213,10 +214,10 @@ class SequenceDecoder:
             self.held = ""
             return False
         buffer = self.held + text
-        cut = min((p for p in (buffer.find(s) for s in stops) if p >= 0), default=-1)
-        if cut >= 0:
+        found = [(p, s) for s in stops if (p := buffer.find(s)) >= 0]
+        if found:
+            cut, self.stop_sequence = min(found)  # the first to match (Anthropic names it)
             self.emit(EngineChunk(buffer[:cut], 1, logprobs))
-            self.stopped_by_sequence = True
             return True
         safe, self.held = split_holdback(buffer, stops)
         self.emit(EngineChunk(safe, 1, logprobs))

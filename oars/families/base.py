@@ -68,6 +68,17 @@ class Family:
     call_markers: ClassVar[tuple[str, ...]] = ()
 
     @property
+    def reasons(self) -> bool:
+        """Its models write reasoning before their answer."""
+        return self.think_tags is not None
+
+    @property
+    def efforts(self) -> tuple[str, ...]:
+        """The `reasoning.effort` values its templates read (`template_switches`): `none` turns
+        thinking off; the others turn it on (and name the level, for templates that read it)."""
+        return ("none", "low", "medium", "high") if self.reasons else ()
+
+    @property
     def markers(self) -> frozenset[str]:
         """The special strings its parser reads: an engine must keep them in the output even
         where the vocabulary marks them as control tokens (gpt-oss GGUFs mark all of harmony's)."""

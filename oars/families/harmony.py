@@ -20,5 +20,13 @@ class Harmony(Family):
     name: ClassVar[str | None] = "harmony"
     call_markers: ClassVar[tuple[str, ...]] = harmony.MARKERS
 
+    @property
+    def reasons(self) -> bool:
+        return True  # its `analysis` channel, always
+
+    @property
+    def efforts(self) -> tuple[str, ...]:
+        return ("low", "medium", "high")  # gpt-oss's template reads the level; none is not one
+
     def parser(self, tools: ToolSet, *, in_reasoning: bool = False) -> OutputParser:
         return HarmonyParser(tools.names)

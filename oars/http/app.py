@@ -25,8 +25,8 @@ from starlette.routing import Match, WebSocketRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
-from oars import api, logs
-from oars.errors import ClientError, EngineError, StoreUnavailable
+from oars import api, catalog, logs
+from oars.errors import ClientError, EngineError, NotFound, StoreUnavailable
 from oars.http import chat, conversations, messages, pages, responses, websocket
 from oars.http.common import JSON, Shared, shared
 from oars.http.messages import anthropic_path
@@ -42,13 +42,23 @@ log = logging.getLogger("oars.http")
 access = logging.getLogger("oars.access")
 
 
+def _served(oars: Shared) -> catalog.Served:
+    return catalog.Served(created=oars.started, mcp=oars.service.toolboxes is not None)
+
+
 async def list_models(request: Request) -> Response:
     oars = shared(request)
-    models = [
-        api.Model(id=model, object="model", created=oars.started, owned_by=engine.info.owned_by)
-        for model, engine in oars.service.engines.items()
-    ]
-    return JSON(api.ModelList(object="list", data=models).model_dump())
+    return JSON(catalog.listing(catalog.models(oars.service.engines).values(), _served(oars)))
+
+
+async def retrieve_model(request: Request) -> Response:
+    oars = shared(request)
+    model = request.path_params["model"]
+    info = catalog.models(oars.service.engines).get(model)
+    if info is None:
+        raise NotFound(f"The model {model[:200]!r} does not exist.", param="model",
+                       code="model_not_found")  # fmt: skip
+    return JSON(catalog.entry(info, _served(oars)))
 
 
 async def health(request: Request) -> Response:
@@ -321,6 +331,14 @@ ENDPOINTS = (
     ),
     Endpoint(
         "GET", "/v1/models", list_models, "List the models served", OPS, returns=api.ModelList
+    ),
+    Endpoint(
+        "GET",
+        "/v1/models/{model:path}",
+        retrieve_model,
+        "Retrieve a model served",
+        OPS,
+        returns=api.CatalogModel,
     ),
     Endpoint(
         "GET",

@@ -63,7 +63,7 @@ async def create(request: Request) -> Response:
     response = await finished(handle, request)
     if response is None:
         return Response(status_code=499)  # nobody is listening; the engine has stopped
-    return JSON(message(response))
+    return JSON(message(response, handle.generation.stop_sequence))
 
 
 async def count_tokens(request: Request) -> Response:
@@ -84,7 +84,9 @@ async def _events(handle: RunHandle, keepalive: float | None) -> AsyncIterator[b
     stream = EventStream()
 
     def encode(event: Event) -> bytes:
-        return b"".join(_sse(name, data) for name, data in stream.feed(event))
+        # The run has ended when its terminal event is read: its stop sequence is known then.
+        events = stream.feed(event, handle.generation.stop_sequence)
+        return b"".join(_sse(name, data) for name, data in events)
 
     async for data in translated_stream(handle, keepalive, encode, _PING):
         yield data

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -56,8 +57,14 @@ class Endpoint:
         return self.handler.__module__.rsplit(".", 1)[-1] + "_" + self.handler.__name__
 
 
+def _documented(path: str) -> str:
+    """A route's path as OpenAPI writes it: `{model:path}` (a name that may hold `/`) is
+    `{model}`."""
+    return re.sub(r"\{(\w+):\w+\}", r"{\1}", path)
+
+
 def _path_params(path: str) -> list[Param]:
-    names = [part[1:-1] for part in path.split("/") if part.startswith("{")]
+    names = [part[1:-1] for part in _documented(path).split("/") if part.startswith("{")]
     return [Param(name, "path", {"type": "string"}) for name in names]
 
 
@@ -139,7 +146,7 @@ def document(endpoints: Sequence[Endpoint]) -> dict[str, Any]:
         _require(schemas[kind], components, "input")
     paths: dict[str, dict[str, Any]] = {}
     for e in endpoints:
-        paths.setdefault(e.path, {})[e.method.lower()] = _operation(e, schemas)
+        paths.setdefault(_documented(e.path), {})[e.method.lower()] = _operation(e, schemas)
     return {
         "openapi": "3.1.0",
         "info": {

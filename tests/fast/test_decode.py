@@ -73,7 +73,13 @@ def test_text_held_for_a_stop_sequence_is_output_when_generation_ends() -> None:
 def test_a_matched_stop_sequence_is_cut_with_what_follows() -> None:
     chunks = _decode(FakeEngine([1, 2, 3, 1, EOS]), stop=(" is",))
     assert _text(chunks) == "The answer"
-    assert chunks[-1].finish is FinishReason.STOP
+    assert chunks[-1].finish is FinishReason.STOP and chunks[-1].stop_sequence == " is"
+
+
+def test_the_first_stop_sequence_to_match_is_named_and_none_for_an_end_token() -> None:
+    chunks = _decode(FakeEngine([1, 2, 3, EOS]), stop=("4.", " is"))
+    assert _text(chunks) == "The answer" and chunks[-1].stop_sequence == " is"
+    assert _decode(FakeEngine([1, 2, EOS]), stop=("END",))[-1].stop_sequence is None
 
 
 def test_control_tokens_are_hidden_unless_the_parser_reads_them() -> None:

@@ -85,5 +85,5 @@ def test_every_route_answers_as_documented(base: str) -> None:
             except Exception as exc:  # one operation's failure; the others still run
                 failures.append(f"{operation.label} ({mode.value}): {str(exc)[:1500]}")
     assert not failures, "\n\n".join(failures)
-    assert len(counts) == 26 and sum(counts.values()) >= 2000, counts
+    assert len(counts) == 27 and sum(counts.values()) >= 2000, counts
     print(f"schemathesis: {sum(counts.values())} cases over {len(counts)} operations")

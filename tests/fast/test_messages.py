@@ -6,6 +6,7 @@ kept."""
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,28 @@ def test_max_tokens_is_the_stop_reason_of_a_cut_answer() -> None:
         with client.messages.stream(model="m", max_tokens=1, messages=HI) as stream:
             final = stream.get_final_message()
     assert done.stop_reason == "max_tokens" and final.stop_reason == "max_tokens"
+
+
+def test_a_stop_sequence_that_ends_the_answer_is_named() -> None:
+    """The sequence that matched is the message's `stop_sequence`, in the message and in the
+    stream's `message_delta`; the text stops before it."""
+    engine = ScriptedEngine(["Hi ", "there. ", "END", " never sent"])
+    stops = ["STOP", "END"]
+    with _client(engine) as (client, url):
+        done = client.messages.create(model="m", max_tokens=16, messages=HI, stop_sequences=stops)
+        with client.messages.stream(
+            model="m", max_tokens=16, messages=HI, stop_sequences=stops
+        ) as stream:
+            final = stream.get_final_message()
+        body = {"model": "m", "max_tokens": 16, "messages": HI, "stream": True}
+        r = httpx.post(f"{url}/v1/messages", json=body | {"stop_sequences": stops})
+        plain = client.messages.create(model="m", max_tokens=16, messages=HI, stop_sequences=["x"])
+    for message in (done, final):
+        assert message.stop_reason == "stop_sequence" and message.stop_sequence == "END"
+        assert message.content[0].text == "Hi there. "  # type: ignore[union-attr]
+    delta = [json.loads(data) for name, data in parse_sse(r.text) if name == "message_delta"]
+    assert delta[0]["delta"] == {"stop_reason": "stop_sequence", "stop_sequence": "END"}
+    assert plain.stop_reason == "end_turn" and plain.stop_sequence is None
 
 
 def test_thinking_is_thinking_blocks() -> None:

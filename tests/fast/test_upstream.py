@@ -426,6 +426,16 @@ def test_the_reader_reads_a_recorded_stream_without_a_server() -> None:
     assert last.usage is not None and last.usage.input_tokens == 301
 
 
+def test_the_stop_string_an_upstream_names_is_the_stop_sequence() -> None:
+    """vLLM and SGLang name the stop string that matched in `stop_reason` (a token id when a
+    stop token did: not a sequence)."""
+    for stop_reason, expected in (("END", "END"), (151645, None), (None, None)):
+        reader = ChunkReader()
+        choice = {"index": 0, "delta": {}, "finish_reason": "stop", "stop_reason": stop_reason}
+        reader.read({"choices": [choice]})
+        assert reader.finish()[-1].stop_sequence == expected
+
+
 def test_calls_and_think_left_in_content_are_parsed_when_asked(upstream: Replay) -> None:
     text = [
         "<think>The user",

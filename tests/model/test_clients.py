@@ -174,3 +174,41 @@ def test_openai_agents_apply_patch_tool(agent_server: str, tmp_path: Path) -> No
     written = list(tmp_path.iterdir())
     assert [p.name for p in written] == ["hello.txt"], written
     assert "hi" in written[0].read_text()
+
+
+def test_langchain_chat_openai_without_the_responses_api(server: str) -> None:
+    """LangChain's `ChatOpenAI` on Chat Completions (`use_responses_api=False`): a reply, a
+    stream, and a tool round trip with `bind_tools` (the call, its result, the answer)."""
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+
+    @tool
+    def get_weather(city: str) -> str:
+        """Get the current weather for a city."""
+        return f"It is sunny in {city}."
+
+    llm = ChatOpenAI(
+        base_url=server,
+        api_key="unused",  # type: ignore[arg-type]
+        model="qwen2.5-coder-0.5b-instruct",
+        use_responses_api=False,
+        temperature=0,
+        max_completion_tokens=48,
+        max_retries=0,
+        timeout=300,
+    )
+    reply = llm.invoke("Say hello in three words.")
+    assert isinstance(reply, AIMessage) and str(reply.content).strip()
+    assert reply.usage_metadata is not None and reply.usage_metadata["output_tokens"] > 0
+    chunks = list(llm.stream("Name one planet."))
+    assert len(chunks) > 1 and "".join(str(c.content) for c in chunks).strip()
+    question = HumanMessage("What is the weather in Paris?")
+    called = llm.bind_tools([get_weather], tool_choice="get_weather").invoke([question])
+    assert isinstance(called, AIMessage) and len(called.tool_calls) == 1, called
+    call = called.tool_calls[0]
+    assert call["name"] == "get_weather" and "paris" in call["args"]["city"].lower()
+    result = ToolMessage(get_weather.invoke(call["args"]), tool_call_id=call["id"])
+    answer = llm.bind_tools([get_weather]).invoke([question, called, result])
+    assert isinstance(answer, AIMessage) and not answer.tool_calls, answer
+    assert "sunny" in str(answer.content).lower(), answer.content

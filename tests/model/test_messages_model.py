@@ -64,3 +64,26 @@ def test_forced_tool_whole_streamed_and_answered(server: str) -> None:
     assert last.input == call.input  # temperature 0: the same call, in pieces
     assert sum(d.delta.type == "input_json_delta" for d in deltas) >= 3
     assert answer.content and answer.stop_reason in ("end_turn", "max_tokens", "tool_use")
+
+
+def test_a_stop_sequence_ends_the_message_and_is_named(server: str) -> None:
+    """Counting aloud, the model writes "3"; the stop sequence cuts it there, and the message
+    says which sequence did, whole and in the stream's `message_delta`."""
+    count: list[MessageParam] = [
+        {"role": "user", "content": "Count from 1 to 10, separated by commas. Only the numbers."}
+    ]
+    body: dict[str, Any] = {
+        "model": "default",
+        "max_tokens": 40,
+        "messages": count,
+        "stop_sequences": ["4", "XYZ"],
+        "extra_body": {"temperature": 0},
+    }
+    with _client(server) as client:
+        done = client.messages.create(**body)
+        with client.messages.stream(**body) as stream:
+            streamed = stream.get_final_message()
+    for message in (done, streamed):
+        assert message.stop_reason == "stop_sequence" and message.stop_sequence == "4"
+        text = message.content[0].text  # type: ignore[union-attr]
+        assert "3" in text and "4" not in text

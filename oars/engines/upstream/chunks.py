@@ -99,6 +99,7 @@ class ChunkReader:
     open_call: int | None = None
     waiting: list[EngineChunk] = field(default_factory=list)  # output held behind a call
     finish_reason: FinishReason | None = None
+    stop_sequence: str | None = None  # vLLM and SGLang name the stop string that matched
     usage: Usage | None = None
     reasoning_deltas: int = 0
     content_deltas: int = 0
@@ -127,6 +128,8 @@ class ChunkReader:
         reason = choice.get("finish_reason")
         if reason:
             self.finish_reason = _FINISH.get(str(reason), FinishReason.STOP)
+            matched = choice.get("stop_reason")  # a token id when a stop token matched
+            self.stop_sequence = matched if isinstance(matched, str) and matched else None
         return out
 
     def finish(self) -> list[EngineChunk]:
@@ -139,7 +142,8 @@ class ChunkReader:
         usage = self.usage or Usage(output_tokens=self.reasoning_deltas + self.content_deltas)
         if not usage.reasoning_tokens and self.reasoning_deltas:
             usage = replace(usage, reasoning_tokens=min(self.reasoning_deltas, usage.output_tokens))
-        return [*out, EngineChunk(finish=self.finish_reason, usage=usage)]
+        stop = self.stop_sequence if self.finish_reason is FinishReason.STOP else None
+        return [*out, EngineChunk(finish=self.finish_reason, usage=usage, stop_sequence=stop)]
 
     def _after_calls(self, chunk: EngineChunk) -> list[EngineChunk]:
         """Text or reasoning: after the open call if its arguments are whole, else held."""

@@ -23,10 +23,10 @@ from urllib.parse import unquote, urlsplit
 
 import aiohttp
 
-from oars.engines.base import ModelInfo, Opened
+from oars.engines.base import Opened
 from oars.engines.upstream.body import chat_body
 from oars.engines.upstream.chunks import ChunkReader, json_object, merged
-from oars.engines.upstream.config import UpstreamConfig, replica_name
+from oars.engines.upstream.config import UpstreamConfig, listed_context, replica_name
 from oars.errors import ClientError, EngineError, UpstreamError, UpstreamRejected
 from oars.generation import EngineChunk, EngineRequest
 from oars.jsonfast import dumps_bytes, loads
@@ -110,7 +110,7 @@ class UpstreamEngine:
         self.pacing = pacing or Pacing()
         self.url = url or config.url
         self.name = replica_name(self.url)
-        self.info = ModelInfo(config.model, owned_by="upstream", modalities=config.modalities)
+        self.info = config.info()
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.streams = 0
@@ -180,6 +180,21 @@ class UpstreamEngine:
             return None
         except aiohttp.ClientError:
             return False
+
+    async def listed_context(self) -> int | None:
+        """The context window the upstream's model listing reports for this model; None when
+        it reports none or does not answer."""
+        c = self.config
+        try:
+            async with self._http().get(
+                self._url("/models"), timeout=aiohttp.ClientTimeout(total=c.connect_timeout)
+            ) as response:
+                if not 200 <= response.status < 300:
+                    return None
+                listing = loads(await response.read())
+        except (TimeoutError, aiohttp.ClientError, ValueError):
+            return None
+        return listed_context(listing, c.upstream_model or c.model)
 
     async def count_tokens(self, request: EngineRequest) -> int:
         """The upstream's own count: a one-token, unstreamed request's `prompt_tokens`."""

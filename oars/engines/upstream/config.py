@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from oars.engines.base import ModelInfo
 from oars.families import THINK_TAGS, Family, make
 from oars.generation import MODALITIES
 
@@ -31,6 +33,10 @@ class UpstreamConfig:
     # no `json_schema` response format) instead of OpenAI's `json_schema`.
     schema_in_json_object: bool = False
     modalities: tuple[str, ...] = MODALITIES  # what a request's input may hold
+    # What oars cannot learn of the model (for `/v1/models`, and the context for compaction):
+    # None is "not known", never a guess. `parse_think` says it reasons.
+    context_window: int | None = None
+    reasoning: bool | None = None
     connect_timeout: float = 10.0
     first_byte_timeout: float = 300.0  # until the upstream answers (its prefill)
     idle_timeout: float = 120.0  # between two chunks of a stream
@@ -55,6 +61,9 @@ class UpstreamConfig:
                 f"{self.model}: modalities are text and any of image, file, audio "
                 f"(got {', '.join(self.modalities)})"
             )
+        window = self.context_window
+        if window is not None and (not isinstance(window, int) or window < 1):
+            raise ValueError(f"{self.model}: context_window is a number of tokens, got {window!r}")
         object.__setattr__(self, "urls", tuple(urls))
         object.__setattr__(self, "url", urls[0])
         object.__setattr__(self, "modalities", tuple(self.modalities))
@@ -63,9 +72,38 @@ class UpstreamConfig:
     def family(self) -> Family:
         return make(self.parse_calls, THINK_TAGS if self.parse_think else None)
 
+    def info(self) -> ModelInfo:
+        """What oars knows of the model from this configuration."""
+        reasoning = True if self.parse_think and self.reasoning is None else self.reasoning
+        return ModelInfo(
+            self.model,
+            context_length=self.context_window,
+            owned_by="upstream",
+            modalities=self.modalities,
+            reasoning=reasoning,
+        )
+
     def headers(self) -> dict[str, str]:
         key = os.environ.get(self.api_key_env, "") if self.api_key_env else ""
         return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+# Where a server's model listing gives a model's context window (vLLM and SGLang: max_model_len).
+_CONTEXT_FIELDS = ("max_model_len", "context_window", "context_length")
+
+
+def listed_context(listing: Any, name: str) -> int | None:
+    """The context window a model listing (`GET …/models`) reports for the model `name`; None
+    when it reports none (llama-cpp-python's, OpenAI's own)."""
+    data = listing.get("data") if isinstance(listing, dict) else None
+    for model in data if isinstance(data, list) else []:
+        if not isinstance(model, dict) or model.get("id") != name:
+            continue
+        for key in _CONTEXT_FIELDS:
+            value = model.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return None
 
 
 def upstream_arg(text: str) -> UpstreamConfig:

@@ -28,9 +28,9 @@ import hashlib
 import json
 import logging
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from oars.engines.base import ModelInfo, Opened
+from oars.engines.base import Opened
 from oars.engines.upstream.client import Pacing, UpstreamEngine, UpstreamOpened
 from oars.engines.upstream.config import UpstreamConfig
 from oars.errors import UpstreamError
@@ -69,10 +69,11 @@ class ReplicaSet:
 
     def __init__(self, config: UpstreamConfig, pacing: Pacing | None = None) -> None:
         self.config = config
-        self.info = ModelInfo(config.model, owned_by="upstream", modalities=config.modalities)
+        self.info = config.info()
         self.replicas = [Replica(UpstreamEngine(config, url, pacing)) for url in config.urls]
         self.observe: Callable[[ReplicaEvent], None] | None = None
         self._checks: asyncio.Task[None] | None = None
+        self._learning: asyncio.Task[None] | None = None
 
     @property
     def busy(self) -> bool:
@@ -156,9 +157,22 @@ class ReplicaSet:
     # ---- health ----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Begin the health checks (several replicas: one alone is always tried)."""
+        """Begin the health checks (several replicas: one alone is always tried), and ask for
+        the context window when the configuration does not give it."""
         if len(self.replicas) > 1 and self._checks is None:
             self._checks = asyncio.create_task(self._check_forever(), name=f"health {self.info.id}")
+        if self.info.context_length is None and self._learning is None:
+            self._learning = asyncio.create_task(self._learn(), name=f"listing {self.info.id}")
+
+    async def _learn(self) -> None:
+        """The context window from the first replica whose model listing reports one (in the
+        background: a server starts while its upstreams are still loading)."""
+        for replica in self.replicas:
+            window = await replica.engine.listed_context()
+            if window is not None:
+                self.info = replace(self.info, context_length=window)
+                log.info("%s: context window %d, as its upstream lists it", self.info.id, window)
+                return
 
     async def _check_forever(self) -> None:
         while True:
@@ -190,11 +204,12 @@ class ReplicaSet:
             self.observe(event)
 
     async def aclose(self) -> None:
-        if self._checks is not None:
-            self._checks.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._checks
-            self._checks = None
+        for task in (self._checks, self._learning):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._checks = self._learning = None
         for replica in self.replicas:
             await replica.engine.aclose()
 
