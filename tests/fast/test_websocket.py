@@ -489,22 +489,6 @@ def test_steering_is_refused_with_automatic_compaction(
     assert validate_socket([failed]).ok
 
 
-def test_steers_queued_on_one_response_are_limited(
-    slow: tuple[ScriptedEngine, _Session],
-) -> None:
-    engine, session = slow
-    first = session.started(_create(input="Go.", stream_id="s"), delta=False)
-    for i in range(MAX_PENDING_STEERS + 1):
-        session.steer(first, f"steer {i}")
-    session.read(_ends(2))
-    answers = [f for f in session.valid() if f["type"].startswith("response.steer")]
-    kinds = [f["type"] for f in answers]
-    assert kinds == ["response.steer.accepted"] * MAX_PENDING_STEERS + ["response.steer.failed"]
-    assert answers[-1]["error"]["code"] == "too_many_pending_steers"
-    prompt = [m.content for m in engine.requests[1].messages]
-    assert prompt[-MAX_PENDING_STEERS:] == [f"steer {i}" for i in range(MAX_PENDING_STEERS)]
-
-
 WEATHER = {
     "type": "function",
     "name": "get_weather",
@@ -537,3 +521,23 @@ def test_a_steer_waits_for_the_client_tool_output_then_goes_first() -> None:
     prompt = [(m.role, m.content) for m in engine.requests[1].messages]
     assert prompt[2] == ("user", "Also say hi.")  # first in what is new, as the SDK says
     assert prompt[3][0] == "tool"
+
+
+def test_steers_queued_on_one_response_are_limited() -> None:
+    """Steers sent while the model writes a call (no boundary to stop at) all wait on it."""
+    slow_call = ['<tool_call>{"name": "get_weather", "arguments": {"city": "', *["P"] * 100]
+    engine = ScriptedEngine([*slow_call, '"}}</tool_call>'], delay=0.01)
+    with _client(engine) as client, client.websocket_connect("/v1/responses") as ws:
+        session = _Session(ws)
+        first = session.started(_create(input="Go.", tools=[WEATHER]), delta=False)
+        for i in range(MAX_PENDING_STEERS + 1):
+            session.steer(first, f"steer {i}")
+        session.read(lambda f: sum(x["type"] == "response.steer.pending" for x in f) == 8)
+        answers = [f for f in session.valid() if f["type"].startswith("response.steer")]
+    kinds = [f["type"] for f in answers]
+    assert kinds[: MAX_PENDING_STEERS + 1] == [
+        *["response.steer.accepted"] * MAX_PENDING_STEERS,
+        "response.steer.failed",
+    ]
+    assert answers[MAX_PENDING_STEERS]["error"]["code"] == "too_many_pending_steers"
+    assert kinds[MAX_PENDING_STEERS + 1 :] == ["response.steer.pending"] * MAX_PENDING_STEERS
