@@ -11,7 +11,7 @@ the order the model wrote it.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -158,7 +158,8 @@ class Step:
         Once `stop()` is true, the step ends at the first safe boundary (`at_boundary`) with
         `FinishReason.STEERED`: what a parser still holds back (a possible tag) is dropped."""
         finish: EngineChunk | None = None
-        async for chunk in engine.generate(self.opened):
+        chunks = engine.generate(self.opened)
+        async for chunk in chunks:
             if clock is not None:
                 clock.tokens(chunk.num_tokens)
             self._produced += chunk.num_tokens
@@ -167,8 +168,10 @@ class Step:
             if chunk.finish is not None:
                 finish = chunk
             elif stop is not None and stop() and self.at_boundary:
+                if isinstance(chunks, AsyncGenerator):
+                    await chunks.aclose()  # its generation stops now, its slot is free
                 self._steered()
-                return  # the engine's generator, dropped, is closed (and its generation stops)
+                return
         if finish is None or finish.finish is None:
             raise EngineError("the engine stopped without finishing")
         yield self._cut_call()
