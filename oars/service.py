@@ -232,7 +232,7 @@ class Generation:
             if step is None:  # the output tokens are spent
                 finish = FinishReason.LENGTH
                 break
-            async for batch in step.run(self.engine, clock, self._steered):
+            async for batch in step.run(self.engine, clock, self._stop_asked):
                 yield batch
             assert step.finish is not None
             usage, finish, rounds = _sum(usage, step.usage), step.finish, rounds + 1
@@ -249,7 +249,7 @@ class Generation:
         as it would have."""
         self.steering = True
 
-    def _steered(self) -> bool:
+    def _stop_asked(self) -> bool:
         return self.steering
 
     async def _next_step(self, rounds: int, usage: Usage, limit: int | None) -> Step | None:
