@@ -1,7 +1,8 @@
 """Compaction items: what one holds, and what of a history it stands for.
 
 A `compaction` item carries a summary of the items it replaced, sealed with the server's key
-(`encrypted_content`), and the fingerprints of those items. Wherever it appears in a context,
+(`encrypted_content`), the fingerprints of those items, and the tools their tool searches had
+loaded (which stay offered after it). Wherever it appears in a context,
 the items it covers are left out and its summary is the first message after the instructions;
 the items it did not cover (the user messages kept verbatim, what came after) stay as they are.
 So a client may send back its whole history, or only what `/v1/responses/compact` returned, or
@@ -68,9 +69,12 @@ class Sealed:
 
     summary: str
     covered: frozenset[str] = field(default_factory=frozenset)  # fingerprints
+    tools: tuple[Item, ...] = ()  # the definitions of the tools tool searches had loaded
 
     def seal(self, seal: Callable[[str], str]) -> str:
-        payload = {"v": 1, "summary": self.summary, "covered": sorted(self.covered)}
+        payload: dict[str, Any] = {"v": 1, "summary": self.summary, "covered": sorted(self.covered)}
+        if self.tools:
+            payload["tools"] = list(self.tools)
         return seal(json.dumps(payload, ensure_ascii=False))
 
     @classmethod
@@ -83,9 +87,12 @@ class Sealed:
         except json.JSONDecodeError as exc:
             raise ValueError("not a compaction") from exc
         summary, covered = payload.get("summary"), payload.get("covered")
+        tools = payload.get("tools", [])
         if not isinstance(summary, str) or not isinstance(covered, list):
             raise ValueError("not a compaction")
-        return cls(summary, frozenset(str(c) for c in covered))
+        if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+            raise ValueError("not a compaction")
+        return cls(summary, frozenset(str(c) for c in covered), tuple(tools))
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ the turn stays a value that does no I/O.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -28,6 +29,7 @@ from oars.ids import new_id
 from oars.prompt import error_text
 from oars.sealing import Sealer
 from oars.store import Json
+from oars.tools import loaded_definitions
 from oars.turn import Turn
 
 log = logging.getLogger("oars.compaction")
@@ -142,7 +144,8 @@ async def compact(summarizer: Summarizer, model: str, items: Sequence[Json]) -> 
     kept = _kept(visible)
     summary, usage = await _summarize(summarizer, model, entries)
     covered = {fingerprint(item) for item in items if not _said_by_people(item)}
-    sealed = Sealed(summary, frozenset(covered)).seal(sealer.seal)
+    tools = tuple(loaded_definitions(items, sealer.unseal))
+    sealed = Sealed(summary, frozenset(covered), tools).seal(sealer.seal)
     item = {"id": new_id("cmp"), "type": "compaction", "encrypted_content": sealed}
     log.info(
         "compacted %d items into a %d-character summary, %d user messages kept",
@@ -235,6 +238,16 @@ def _entry(item: Json) -> str:
         output = item.get("output")
         text = output if isinstance(output, str) else _text(output)
         return f"Tool result: {_cut(text)}"
+    if kind in ("shell_call", "local_shell_call", "apply_patch_call"):
+        what = item.get("action") or item.get("operation")
+        return f"Assistant called {kind.removesuffix('_call')} with {_cut(json.dumps(what))}"
+    if kind in ("shell_call_output", "local_shell_call_output", "apply_patch_call_output"):
+        return f"Tool result: {_cut(json.dumps(item.get('output')))}"
+    if kind == "tool_search_call":
+        return f"Assistant searched the tools for {_cut(str(item.get('arguments')))}"
+    if kind == "tool_search_output":
+        names = [str(t.get("name")) for t in item.get("tools") or () if isinstance(t, dict)]
+        return f"Tools loaded: {', '.join(names) or 'none'}"
     if kind == "mcp_call":
         output = item.get("output")
         result = output if isinstance(output, str) else f"Error: {error_text(item.get('error'))}"

@@ -86,6 +86,7 @@ class Metrics:
         self.socket_requests: dict[Labels, int] = defaultdict(int)  # (outcome,)
         self.mcp_calls: dict[Labels, int] = defaultdict(int)  # (server, outcome)
         self.mcp_seconds = Histogram(LATENCY_BUCKETS)  # (server,)
+        self.tools_ignored: dict[Labels, int] = defaultdict(int)  # (type,)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(self))  # type: ignore[arg-type]
 
@@ -124,6 +125,10 @@ class Metrics:
             server = "other"
         self.mcp_calls[(server, outcome)] += 1
         self.mcp_seconds.observe((server,), seconds)
+
+    def tool_ignored(self, kind: str) -> None:
+        """A request sent a tool this server takes and does not run (Codex's `web_search`)."""
+        self.tools_ignored[(kind,)] += 1
 
     def store_call(self, operation: str, seconds: float) -> None:
         self.store_seconds.observe((operation,), seconds)
@@ -288,6 +293,13 @@ class _Collector:
             "oars_mcp_call_duration_seconds",
             "Time of one call to an MCP server's tool.",
             ["server"],
+        )
+        yield _counter(
+            "oars_tools_ignored",
+            "Tools requests sent that this server takes and does not offer the model, by type "
+            "(web_search without a search backend).",
+            ["type"],
+            m.tools_ignored,
         )
         running = GaugeMetricFamily(
             "oars_generations_running", "Generations producing tokens.", labels=["model"]

@@ -170,6 +170,14 @@ _ITEM_PREFIX = {
     "function_call_output": "fco",
     "custom_tool_call": "ctc",
     "custom_tool_call_output": "ctco",
+    "tool_search_call": "ts",
+    "tool_search_output": "tso",
+    "additional_tools": "at",
+    "shell_call": "sh",
+    "shell_call_output": "sho",
+    "local_shell_call": "lsh",
+    "apply_patch_call": "apc",
+    "apply_patch_call_output": "apco",
     "reasoning": "rs",
     "compaction": "cmp",
     "compaction_summary": "cmp",
@@ -456,7 +464,10 @@ def normalize(
     servers = parse_servers(wire_tools, mcp_servers)
     tool_choice = body.get("tool_choice", "auto")
     mcp_choice = parse_choice(tool_choice, servers)
-    tools = resolve(parse_tools(wire_tools), "auto" if mcp_choice else tool_choice, bool(servers))
+    parsed = parse_tools(wire_tools)
+    searching = any(t.kind in ("tool_search", "server_tool_search") for t in parsed)
+    choice = "auto" if mcp_choice else tool_choice
+    tools = resolve(parsed, choice, bool(servers), searching)
     parallel = _get(body, "parallel_tool_calls", (bool,), "parallel_tool_calls")
     parallel = True if parallel is None else parallel
     sampling = _sampling(body, default_temperature, max_output_tokens)

@@ -4,8 +4,11 @@ Messages in every role (`developer` is `system`), replayed calls and their outpu
 objects), reasoning (its text, or its sealed `encrypted_content`, goes with the next assistant
 turn), compaction items (the items they cover are left out, and their summary is the first
 message after the instructions), and the MCP items: an `mcp_call` is the call and its result, a
-declined approval is the call and the refusal. Listings and unanswered approval requests say
-nothing to the model. Other items of the SDK's union carry nothing a template can render.
+declined approval is the call and the refusal. A tool search's call and output are a call and
+its result (the names of the tools it loaded); so are the calls of the shell and apply_patch
+tool types and their outputs (stdout, stderr and how each command ended; the patch's outcome). Listings, unanswered approval requests and
+`additional_tools` say nothing to the model (the tools those load are offered, `oars.tools`).
+Other items of the SDK's union carry nothing a template can render.
 
 A malformed item is a 400 naming it (`input[i]…`): the turn tells which items came from this
 request's input and where they were in it. Rendering is the validation: `validate` runs it for
@@ -23,7 +26,7 @@ from oars.compaction import COMPACTION_TYPES, SUMMARY_PREFIX, Sealed, place
 from oars.errors import InvalidRequest
 from oars.generation import ChatMessage, Media
 from oars.ids import is_id
-from oars.tools import mcp_tool_name
+from oars.tools import TOOL_SEARCH, mcp_tool_name, parse_tools
 
 Json = Mapping[str, Any]
 Unseal = Callable[[str], str]  # sealed text → the text; raises ValueError if altered
@@ -261,6 +264,118 @@ def _custom_tool_call(item: Json, param: str, ctx: Context) -> list[ChatMessage]
     return [_call(_call_id(item, param), name, {"input": _text_field(item, "input", param)})]
 
 
+def _tool_search_call(item: Json, param: str, ctx: Context) -> list[ChatMessage]:
+    arguments = item.get("arguments", {})
+    if not isinstance(arguments, dict):
+        raise _fail(f"Invalid '{param}.arguments': expected an object.", f"{param}.arguments")
+    return [_call(_call_id(item, param), TOOL_SEARCH, arguments)]
+
+
+def _tool_search_output(item: Json, param: str, ctx: Context) -> list[ChatMessage]:
+    """What a tool search loaded, as its result: the names of the tools now offered."""
+    tools = item.get("tools")
+    if not isinstance(tools, list):
+        raise _fail(f"Invalid '{param}.tools': expected an array of tools.", f"{param}.tools")
+    names = [t.model_name for t in parse_tools(tools, f"{param}.tools")] + [
+        mcp_tool_name(str(t.get("server_label")), str(name))
+        for t in tools
+        if t.get("type") == "mcp"
+        for name in t.get("allowed_tools") or ()
+    ]
+    text = f"Tools loaded: {', '.join(names)}." if names else "No tools were found."
+    return [ChatMessage(role="tool", content=text, tool_call_id=_call_id(item, param))]
+
+
+def _object(item: Json, key: str, param: str) -> Json:
+    value = item.get(key)
+    if not isinstance(value, dict):
+        raise _fail(f"Invalid '{param}.{key}': expected an object.", f"{param}.{key}")
+    return value
+
+
+def _strings(obj: Json, key: str, param: str) -> list[str]:
+    value = obj.get(key)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise _fail(f"Invalid '{param}.{key}': expected an array of strings.", f"{param}.{key}")
+    return value
+
+
+def _shell_call(item: Json, param: str, ctx: Context) -> list[ChatMessage]:
+    commands = _strings(_object(item, "action", param), "commands", f"{param}.action")
+    return [_call(_call_id(item, param), "shell", {"commands": commands})]
+
+
+def _local_shell_call(item: Json, param: str, ctx: Context) -> list[ChatMessage]:
+    command = _strings(_object(item, "action", param), "command", f"{param}.action")
+    return [_call(_call_id(item, param), "local_shell", {"command": command})]
+
+
+def _apply_patch_call(item: Json, param: str, ctx: Context) -> list[ChatMessage]:
+    operation = _object(item, "operation", param)
+    kind = operation.get("type")
+    if kind not in ("create_file", "update_file", "delete_file"):
+        raise _fail(
+            f"Invalid '{param}.operation.type': expected create_file, update_file or delete_file.",
+            f"{param}.operation.type",
+        )
+    path = _text_field(operation, "path", f"{param}.operation")
+    diff = "" if kind == "delete_file" else _text_field(operation, "diff", f"{param}.operation")
+    arguments = {"operation": kind, "path": path, "diff": diff}
+    return [_call(_call_id(item, param), "apply_patch", arguments)]
+
+
+def _shell_output(item: Json, param: str, ctx: Context) -> list[ChatMessage]:
+    """Each command's output as the model reads it: stdout, stderr, how it ended."""
+    outputs = item.get("output")
+    if not isinstance(outputs, list) or not all(isinstance(o, dict) for o in outputs):
+        raise _fail(f"Invalid '{param}.output': expected an array of outputs.", f"{param}.output")
+    texts = []
+    for i, output in enumerate(outputs):
+        where = f"{param}.output[{i}]"
+        stdout, stderr = _text_field(output, "stdout", where), _text_field(output, "stderr", where)
+        outcome = output.get("outcome") if isinstance(output.get("outcome"), dict) else {}
+        ended = (
+            "timed out"
+            if outcome.get("type") == "timeout"
+            else f"exit code {outcome.get('exit_code')}"
+        )
+        texts.append(
+            "\n".join(t for t in (stdout, f"stderr:\n{stderr}" if stderr else "", ended) if t)
+        )
+    return [
+        ChatMessage(role="tool", content="\n\n".join(texts), tool_call_id=_call_id(item, param))
+    ]
+
+
+def _local_shell_output(item: Json, param: str, ctx: Context) -> list[ChatMessage]:
+    """Its `id` is the call's `call_id`, as the API defines it."""
+    text = _text_field(item, "output", param)
+    return [ChatMessage(role="tool", content=text, tool_call_id=str(item.get("id")))]
+
+
+def _apply_patch_output(item: Json, param: str, ctx: Context) -> list[ChatMessage]:
+    status = item.get("status")
+    if status not in ("completed", "failed"):
+        raise _fail(f"Invalid '{param}.status': expected completed or failed.", f"{param}.status")
+    output = item.get("output")
+    said = output if isinstance(output, str) and output else "done"
+    text = (
+        f"The patch was applied: {said}" if status == "completed" else f"The patch failed: {said}"
+    )
+    return [ChatMessage(role="tool", content=text, tool_call_id=_call_id(item, param))]
+
+
+def _additional_tools(item: Json, param: str, ctx: Context) -> list[ChatMessage]:
+    """Tools a developer adds at this point: offered from here on, saying nothing else."""
+    if item.get("role", "developer") != "developer":
+        raise _fail(f"Invalid '{param}.role': only 'developer' adds tools.", f"{param}.role")
+    tools = item.get("tools")
+    if not isinstance(tools, list):
+        raise _fail(f"Invalid '{param}.tools': expected an array of tools.", f"{param}.tools")
+    parse_tools(tools, f"{param}.tools")
+    return []
+
+
 def _tool_output(item: Json, param: str, ctx: Context) -> list[ChatMessage]:
     output = item.get("output")
     text = output if isinstance(output, str) else content_text(output, f"{param}.output")
@@ -358,6 +473,15 @@ _ITEM_HANDLERS: dict[str, Callable[[Json, str, Context], list[ChatMessage]]] = {
     "function_call_output": _tool_output,
     "custom_tool_call": _custom_tool_call,
     "custom_tool_call_output": _tool_output,
+    "tool_search_call": _tool_search_call,
+    "tool_search_output": _tool_search_output,
+    "additional_tools": _additional_tools,
+    "shell_call": _shell_call,
+    "shell_call_output": _shell_output,
+    "local_shell_call": _local_shell_call,
+    "local_shell_call_output": _local_shell_output,
+    "apply_patch_call": _apply_patch_call,
+    "apply_patch_call_output": _apply_patch_output,
     "mcp_call": _mcp_call,
     "mcp_list_tools": _mcp_list_tools,
     "mcp_approval_request": _mcp_check("server_label", "name", "arguments"),

@@ -98,8 +98,7 @@ class ResponsesService:
             include_logprobs=request.include_logprobs,
             model=request.model,
             tools={
-                t.model_name: CallTarget(t.name, t.namespace, custom=t.kind == "custom")
-                for t in request.tools.callable
+                t.model_name: CallTarget(t.name, t.namespace, t.kind) for t in turn.tools.callable
             },
             background=request.background,
             seal=self.sealer.seal if self.sealer and request.include_encrypted_reasoning else None,
@@ -114,11 +113,14 @@ class ResponsesService:
             await engine.start()
 
     async def _toolbox(self, turn: Turn) -> ServerToolbox | None:
-        if not turn.request.generate or not (turn.request.servers or turn.approved()):
+        searches = any(t.kind == "server_tool_search" for t in turn.tools.offered)
+        if not turn.request.generate or not (turn.request.servers or turn.approved() or searches):
             return None
         if self.toolboxes is None:
             raise ClientError(
-                "This server runs no MCP tools.", param="tools", code="unsupported_value"
+                "This server runs no server-side tools (MCP servers, tool search).",
+                param="tools",
+                code="unsupported_value",
             )
         return await self.toolboxes.open(turn)
 

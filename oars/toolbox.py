@@ -1,4 +1,5 @@
-"""The server-side tools of one response: its MCP servers' tools, listed, offered and run.
+"""The server-side tools of one response: its MCP servers' tools, listed, offered and run, and
+this server's tool search over the request's deferred tools (`oars.tool_search`).
 
 Before the model's first step, each server the request names is listed, unless the context
 already holds its listing (`mcp_list_tools`: OpenAI reuses it too), and the calls the client
@@ -11,7 +12,9 @@ whole response; a call past it gets no item, as OpenAI does) or the server's cap
 last step offers the servers' tools without letting the model call them, so it answers.
 
 A listing that fails fails the response (424 for one not streamed, as OpenAI answers); a call
-that fails is a `failed` item the model reads, and goes on.
+that fails is a `failed` item the model reads, and goes on. A tool search is a call like the
+others (it counts against `max_tool_calls`): its items name the tools it found, which the steps
+after it offer, and whose calls come back as the client's.
 """
 
 from __future__ import annotations
@@ -25,13 +28,14 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any
 
 from oars.errors import DependencyFailed, InvalidRequest
-from oars.events import Event, ResponseBuilder
+from oars.events import CallTarget, Event, ResponseBuilder
 from oars.generation import FinishReason
 from oars.mcp.client import McpFailure, Session, protocol_error
 from oars.mcp.config import McpConfig
 from oars.mcp.servers import McpServer, public_url
 from oars.step import ServerCall, Step
-from oars.tools import ANY_OBJECT, Tool, ToolSet, mcp_tool_name
+from oars.tool_search import Entry, catalog, limit_of, mcp_entry, search
+from oars.tools import ANY_OBJECT, Tool, ToolSet, load, loaded_definitions, mcp_tool_name
 from oars.turn import Turn
 
 log = logging.getLogger("oars.mcp")
@@ -83,6 +87,10 @@ class Toolbox:
         self.asked = False  # an approval was asked for: the response ends after the step
         self._callable: frozenset[str] = frozenset()  # what the model may call in this step
         self._sessions: dict[str, Session] = {}
+        self.search = next((t for t in turn.tools.offered if t.kind == "server_tool_search"), None)
+        self.found: list[Tool] = []  # what this response's tool searches loaded
+        # a deferred MCP server's tools not found yet: by model name, the tool and its entry
+        self.deferred: dict[str, tuple[Tool, Entry]] = {}
 
     # ---- before the first step ----------------------------------------------------------
 
@@ -138,7 +146,7 @@ class Toolbox:
     def _offer(self, server: McpServer, listed: list[Json]) -> None:
         """A server's tools, as the model may call them: those `allowed_tools` keeps, with a
         name a model can write and a schema of a sane size, and a model name no other tool has."""
-        taken = {t.model_name for t in self.request.tools.offered} | set(self.tools)
+        taken = {t.model_name for t in self.turn.tools.offered} | set(self.tools)
         for listed_tool in listed:
             name = str(listed_tool.get("name", ""))
             model_name = mcp_tool_name(server.label, name)
@@ -151,7 +159,7 @@ class Toolbox:
                 if model_name in taken or not usable:
                     log.warning("MCP server %r: tool %r not offered", server.label, name[:80])
                 continue
-            self.tools[model_name] = Tool(
+            tool = Tool(
                 name=name,
                 kind="mcp",
                 description=str(listed_tool.get("description") or ""),
@@ -160,6 +168,22 @@ class Toolbox:
                 offered_as=model_name,
             )
             self.read_only[model_name] = _read_only(listed_tool)
+            if server.deferred and name not in self._found_on(server.label):
+                self.deferred[model_name] = (
+                    tool,
+                    mcp_entry(server.label, server.description, name, listed_tool),
+                )
+            else:
+                self.tools[model_name] = tool
+
+    def _found_on(self, label: str) -> set[str]:
+        """The tools of a deferred MCP server that tool searches in the context found."""
+        return {
+            str(name)
+            for definition in loaded_definitions(self.turn.items, self.turn.unseal)
+            if definition.get("type") == "mcp" and definition.get("server_label") == label
+            for name in definition.get("allowed_tools") or ()
+        }
 
     # ---- each step ----------------------------------------------------------------------
 
@@ -171,10 +195,11 @@ class Toolbox:
         return toolset
 
     def _toolset(self, steps: int) -> ToolSet:
-        base = self.request.tools
+        base = self.turn.tools.loading(self.found)
         servers = tuple(self.tools.values())
         offered = base.offered + servers
-        callable_ = servers if self._may_call(steps) else ()
+        may_call = self._may_call(steps)
+        callable_ = servers if may_call else ()
         first = self.ran == 0 and steps == 0
         if base.mode == "none":
             return ToolSet(offered, offered, "none")
@@ -183,7 +208,8 @@ class Toolbox:
         if base.mode == "required" and base.callable != base.offered:  # a named tool
             return ToolSet(offered, base.callable, "required")
         mode = "required" if base.mode == "required" and first else "auto"
-        return ToolSet(offered, base.callable + callable_, mode)
+        own = tuple(t for t in base.callable if may_call or t.kind != "server_tool_search")
+        return ToolSet(offered, own + callable_, mode)
 
     def _may_call(self, steps: int) -> bool:
         return steps + 1 < self.config.max_rounds and self._budget_left()
@@ -201,6 +227,8 @@ class Toolbox:
         )
 
     def tool(self, model_name: str) -> Tool | None:
+        if self.search is not None and model_name == self.search.model_name:
+            return self.search
         return self.tools.get(model_name)
 
     def goes_on(self, step: Step, steps: int) -> bool:
@@ -218,12 +246,16 @@ class Toolbox:
         """A call the model wrote: asked for approval, run, or (past `max_tool_calls`)
         dropped."""
         tool = call.tool
-        server = self.servers[str(tool.namespace)]
         if tool.model_name not in self._callable or not self._budget_left():
             # past `max_tool_calls`, or the last step (an engine that does not hold the model
             # to what it may call, such as an upstream, may still write one): no item
             log.info("call to %s dropped: not callable now", tool.model_name)
             return
+        if tool.kind == "server_tool_search":
+            for event in self._search(builder, call.arguments):
+                yield event
+            return
+        server = self.servers[str(tool.namespace)]
         if server.needs_approval(tool.name, self.read_only.get(tool.model_name, False)):
             self.asked = True
             for event in builder.approval_request(server.label, tool.name, call.arguments):
@@ -253,6 +285,28 @@ class Toolbox:
         self._observed(server, "failed" if error else "completed", time.monotonic() - started)
         for event in builder.mcp_call_done(output, error):
             yield event
+
+    def _search(self, builder: ResponseBuilder, arguments: str) -> list[Event]:
+        """Rank the deferred tools for the model's query; what it found is offered next."""
+        self.ran += 1
+        try:
+            asked = json.loads(arguments) if arguments.strip() else {}
+        except json.JSONDecodeError:
+            asked = {}
+        asked = asked if isinstance(asked, dict) else {}
+        query = asked.get("query")
+        entries = catalog(self.request.echo["tools"]) + [e for _, e in self.deferred.values()]
+        found = search(entries, query if isinstance(query, str) else "", limit_of(asked))
+        loaded = load(found)
+        self.found.extend(loaded)
+        for definition in found:
+            if definition.get("type") == "mcp":
+                label = definition["server_label"]
+                for name in definition["allowed_tools"]:
+                    tool, _ = self.deferred.pop(mcp_tool_name(label, name))
+                    self.tools[tool.model_name] = tool
+        builder.offer({t.model_name: CallTarget(t.name, t.namespace, t.kind) for t in loaded})
+        return builder.tool_search(arguments, found)
 
     def _observed(self, server: McpServer, outcome: str, seconds: float) -> None:
         if self.observe is not None:

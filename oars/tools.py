@@ -2,22 +2,39 @@
 
 Function tools are offered as they are; `custom` tools as a function with one string argument
 `input`; tools inside a `namespace` flattened under their own names (a call comes back with the
-namespace); an MCP server's tools as `label__name` (run here, see `oars.toolbox`). Other hosted
-tools (web search, file search, …) cannot run here: accepted, never offered.
+namespace); an MCP server's tools as `label__name` (run here, see `oars.toolbox`).
+
+Deferred tools (`defer_loading: true`) are declared and not offered: a `tool_search` finds them.
+A client's tool search (`execution: "client"`) is offered as a function under the client's own
+description and parameters, and its call comes back as a `tool_search_call` item; the tools of
+every `tool_search_output` in the context are offered from there on (`loaded`). This server's
+own tool search (`oars.tool_search`) is offered the same way and run by the toolbox.
+
+The `shell`, `local_shell` and `apply_patch` tool types are offered as functions of those names
+with parameters of this server's (`CLIENT_TOOL_TYPES`); their calls come back as `shell_call`,
+`local_shell_call` and `apply_patch_call` items, which the client runs.
+
+Hosted tools this server does not run are refused with a 400 naming them, except `web_search`,
+which Codex sends with every request: it is accepted and not offered (`ignored_tools`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import json
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from oars.compaction import COMPACTION_TYPES, Sealed
 from oars.errors import InvalidRequest
 from oars.input_pattern import Unsupported, input_pattern
 from oars.mcp.servers import echo as mcp_echo
+
+Unseal = Callable[[str], str]
 
 CUSTOM_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -35,12 +52,15 @@ class Tool:
     """A tool the model may call."""
 
     name: str
-    kind: str  # "function" | "custom" | "mcp"
+    # "function" | "custom" | "mcp" | "tool_search" | "server_tool_search", or a client tool
+    # type with a call item of its own: "shell" | "local_shell" | "apply_patch"
+    kind: str
     description: str
     parameters: Mapping[str, Any]
     namespace: str | None = None  # an MCP tool's: its server's label
     pattern: str | None = None  # custom tools: the regex the input must match, from its grammar
     offered_as: str = ""  # the name the model sees, when `name` alone is ambiguous
+    deferred: bool = False  # `defer_loading`: declared, offered once a tool search loads it
 
     @property
     def model_name(self) -> str:
@@ -88,6 +108,12 @@ class ToolSet:
     offered: tuple[Tool, ...]  # what the template shows
     callable: tuple[Tool, ...]  # what the model may call now (tool_choice, allowed_tools)
     mode: str  # "none" | "auto" | "required"
+    deferred: tuple[Tool, ...] = ()  # declared, not offered: for a tool search to find
+    # The request's `tool_choice` and whether MCP servers add tools, to apply the choice again
+    # once a tool search loaded tools; `pending`: the choice names a tool not loaded yet.
+    choice: Any = field(default=None, compare=False)
+    servers: bool = field(default=False, compare=False)
+    pending: bool = False
 
     @property
     def names(self) -> frozenset[str]:
@@ -95,6 +121,17 @@ class ToolSet:
         if self.mode == "none":
             return frozenset()
         return frozenset(t.model_name for t in self.callable)
+
+    def loading(self, loaded: Sequence[Tool]) -> ToolSet:
+        """These tools with those a tool search loaded, offered after them, `tool_choice`
+        applied to them all (a tool already offered, or loaded twice, is offered once, as first
+        seen); 400 for a choice that names a tool still not there."""
+        known = {t.model_name for t in self.offered}
+        fresh = [t for t in loaded if t.model_name not in known]
+        if not fresh and not self.pending:
+            return self
+        tools = _disambiguated([*self.offered, *fresh])
+        return replace(resolve(tools, self.choice, self.servers), deferred=self.deferred)
 
 
 NO_TOOLS = ToolSet((), (), "none")
@@ -111,6 +148,11 @@ def _tool(raw: Mapping[str, Any], param: str, namespace: str | None) -> Tool | N
     name = raw.get("name")
     if kind not in ("function", "custom"):
         return None
+    deferred = raw.get("defer_loading")
+    if deferred is not None and not isinstance(deferred, bool):
+        raise InvalidRequest(
+            f"Invalid '{param}.defer_loading': expected a boolean.", param=f"{param}.defer_loading"
+        )
     if not isinstance(name, str) or not name:
         raise InvalidRequest(
             f"Missing '{param}.name'.", param=f"{param}.name", code="missing_required_parameter"
@@ -129,14 +171,195 @@ def _tool(raw: Mapping[str, Any], param: str, namespace: str | None) -> Tool | N
     description = description or ""
     if kind == "custom":
         pattern = _custom_pattern(raw, f"{param}.format")
-        return Tool(name, "custom", description, CUSTOM_SCHEMA, namespace, pattern)
+        return Tool(
+            name, "custom", description, CUSTOM_SCHEMA, namespace, pattern, deferred=bool(deferred)
+        )
+    params = _parameters(raw, param)
+    return Tool(name, "function", description, params, namespace, deferred=bool(deferred))
+
+
+def _parameters(raw: Mapping[str, Any], param: str) -> Mapping[str, Any]:
     params = raw.get("parameters")
     if params is not None and not isinstance(params, dict):
         raise InvalidRequest(
             f"Invalid '{param}.parameters': expected a JSON Schema object.",
             param=f"{param}.parameters",
         )
-    return Tool(name, "function", description, params or ANY_OBJECT, namespace)
+    return params or ANY_OBJECT
+
+
+TOOL_SEARCH = "tool_search"  # the name a client's tool search is offered under
+SEARCH_DESCRIPTION = "Searches the tools not loaded yet and loads those that match the query."
+SEARCH_PARAMETERS: Mapping[str, Any] = {
+    "type": "object",
+    "properties": {"query": {"type": "string", "description": "What the tool should do."}},
+    "required": ["query"],
+    "additionalProperties": False,
+}
+
+
+SERVER_SEARCH_PARAMETERS: Mapping[str, Any] = {
+    **SEARCH_PARAMETERS,
+    "properties": {
+        **SEARCH_PARAMETERS["properties"],
+        "limit": {"type": "integer", "description": "The most tools to load (default 5)."},
+    },
+}
+
+
+def _tool_search(raw: Mapping[str, Any], param: str) -> Tool:
+    """A tool search: the client's (offered under its own description and parameters), or this
+    server's (`oars.tool_search`; its description names the deferred tools, `_searching`)."""
+    execution = raw.get("execution")
+    if execution in (None, "server"):
+        return Tool(TOOL_SEARCH, "server_tool_search", SEARCH_DESCRIPTION, SERVER_SEARCH_PARAMETERS)
+    description = raw.get("description")
+    if description is not None and not isinstance(description, str):
+        raise InvalidRequest(
+            f"Invalid '{param}.description': expected a string.", param=f"{param}.description"
+        )
+    params = _parameters(raw, param) if raw.get("parameters") is not None else SEARCH_PARAMETERS
+    return Tool(TOOL_SEARCH, "tool_search", description or SEARCH_DESCRIPTION, params)
+
+
+# The client tool types with a call item of their own, offered as functions the model calls by
+# these names and parameters; `oars.events.items` turns the call into the item.
+def _lines(key: str, description: str, **more: Any) -> Mapping[str, Any]:
+    """Parameters of one required array of strings, and `more`."""
+    strings = {"type": "array", "items": {"type": "string"}, "minItems": 1}
+    return {
+        "type": "object",
+        "properties": {key: {**strings, "description": description}, **more},
+        "required": [key],
+        "additionalProperties": False,
+    }
+
+
+SHELL_PARAMETERS = _lines(
+    "commands",
+    "Shell commands to run in order, each a line of shell.",
+    timeout_ms={"type": "integer", "description": "Stop the commands after this long."},
+)
+LOCAL_SHELL_PARAMETERS = _lines(
+    "command",
+    'The program and its arguments, e.g. ["ls", "-l"].',
+    working_directory={"type": "string"},
+    timeout_ms={"type": "integer"},
+)
+_PATH = {"type": "string", "description": "The file's path."}
+# A diff's lines, held to their form while the model writes them (a small model otherwise
+# writes a new file's text with no '+'): a new file's lines each start with '+'; a change's
+# with '@@' (a hunk's context line), ' ' (kept), '-' (removed) or '+' (added).
+_ADDED_LINES = r"^\+[^\n]*(\n\+[^\n]*)*\n?$"
+_HUNK_LINES = r"^[-+ @][^\n]*(\n[-+ @][^\n]*)*\n?$"
+
+
+def _operation(kind: str, diff: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    properties: dict[str, Any] = {"operation": {"const": kind}, "path": _PATH}
+    if diff is not None:
+        properties["diff"] = diff
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(properties),
+        "additionalProperties": False,
+    }
+
+
+APPLY_PATCH_PARAMETERS: Mapping[str, Any] = {
+    "type": "object",
+    "anyOf": [
+        _operation(
+            "create_file",
+            {
+                "type": "string",
+                "pattern": _ADDED_LINES,
+                "description": "The new file's lines, each starting with '+'.",
+            },
+        ),
+        _operation(
+            "update_file",
+            {
+                "type": "string",
+                "pattern": _HUNK_LINES,
+                "description": "Hunks: an '@@' line, then lines starting with ' ' (kept), "
+                "'-' (removed) or '+' (added).",
+            },
+        ),
+        _operation("delete_file", None),
+    ],
+}
+CLIENT_TOOL_TYPES: Mapping[str, tuple[str, Mapping[str, Any]]] = {
+    "shell": (
+        "Runs shell commands on the user's machine and returns their output.",
+        SHELL_PARAMETERS,
+    ),
+    "local_shell": (
+        "Runs a command on the user's machine and returns its output.",
+        LOCAL_SHELL_PARAMETERS,
+    ),
+    "apply_patch": ("Creates, updates or deletes one file.", APPLY_PATCH_PARAMETERS),
+}
+
+
+def _client_tool(raw: Mapping[str, Any], param: str) -> Tool:
+    """A `shell`, `local_shell` or `apply_patch` tool: the client runs its calls."""
+    kind = str(raw["type"])
+    environment = raw.get("environment")
+    if kind == "shell" and isinstance(environment, dict) and environment.get("type") != "local":
+        raise InvalidRequest(
+            f"Invalid '{param}.environment': this server runs no hosted containers; a shell "
+            "tool runs on the client ('local').",
+            param=f"{param}.environment",
+            code="unsupported_value",
+        )
+    description, parameters = CLIENT_TOOL_TYPES[kind]
+    return Tool(kind, kind, description, parameters)
+
+
+def _searching(tools: list[Tool], wire: Sequence[Any]) -> list[Tool]:
+    """This server's tool search tells the model which tools it can load (the names of the
+    deferred tools, a namespace's or a deferred MCP server's once), as Codex's instructions do
+    for its own."""
+    servers = [
+        str(t.get("server_label"))
+        for t in wire
+        if isinstance(t, dict) and t.get("type") == "mcp" and t.get("defer_loading") is True
+    ]
+    names = list(dict.fromkeys([*(t.namespace or t.name for t in tools if t.deferred), *servers]))
+    shown = ", ".join(names[:_NAMED]) + (", …" if len(names) > _NAMED else "")
+    said = f"{SEARCH_DESCRIPTION} Tools not loaded yet: {shown or 'none'}."
+    return [replace(t, description=said) if t.kind == "server_tool_search" else t for t in tools]
+
+
+_NAMED = 30  # deferred tools a server search's description names
+
+
+# Hosted tools of OpenAI's this server does not run: a request that sends one is refused, so that
+# no model answers as if the tool did not exist. `web_search` is sent by Codex with every request:
+# it is taken and not offered (`ignored_tools`), and a `tool_choice` forcing it is refused.
+IGNORED = frozenset({"web_search", "web_search_2025_08_26"})
+REFUSED = {
+    "file_search": "file search",
+    "web_search_preview": "web search",
+    "web_search_preview_2025_03_11": "web search",
+    "code_interpreter": "a code interpreter",
+    "image_generation": "image generation",
+    "computer": "computer use",
+    "computer_use": "computer use",
+    "computer_use_preview": "computer use",
+}
+
+
+def _refuse(kind: str, param: str) -> None:
+    what = REFUSED.get(kind)
+    if what is not None:
+        raise InvalidRequest(
+            f"Invalid '{param}': this server does not run {what} (tool type {kind!r}); "
+            "offer it as a function tool to run it yourself.",
+            param=param,
+            code="unsupported_tool",
+        )
 
 
 NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -225,10 +448,12 @@ def _wire_tool() -> Any:
     return TypeAdapter(WireTool)
 
 
-def parse_tools(tools: Sequence[Any]) -> list[Tool]:
+def parse_tools(tools: Sequence[Any], name: str = "tools") -> list[Tool]:
+    """The tools of a request (or of an item that loads tools, `name` naming where they are);
+    400 naming a malformed one or a hosted tool this server does not run."""
     out: list[Tool] = []
     for i, raw in enumerate(tools):
-        param = f"tools[{i}]"
+        param = f"{name}[{i}]"
         if _typed(raw, param)["type"] == "namespace":
             namespace = raw.get("name")
             if not isinstance(namespace, str):
@@ -242,13 +467,58 @@ def parse_tools(tools: Sequence[Any]) -> list[Tool]:
                 tool = _tool(sub, f"{param}.tools[{j}]", namespace)
                 if tool is not None:
                     out.append(tool)
+        elif raw["type"] == "tool_search":
+            _check_hosted(raw, param)
+            out.append(_tool_search(raw, param))
+        elif raw["type"] in CLIENT_TOOL_TYPES:
+            _check_hosted(raw, param)
+            out.append(_client_tool(raw, param))
         else:
             tool = _tool(raw, param, None)
             if raw["type"] not in ("function", "custom"):
                 _check_hosted(raw, param)
+                _refuse(raw["type"], param)
             if tool is not None:
                 out.append(tool)
-    return _disambiguated(out)
+    return _searching(_disambiguated(out), tools)
+
+
+def ignored_tools(tools: Sequence[Any]) -> list[str]:
+    """The types of the tools a request sends that are taken and not offered."""
+    return [t["type"] for t in tools if isinstance(t, dict) and t.get("type") in IGNORED]
+
+
+def loaded(items: Sequence[Mapping[str, Any]], unseal: Unseal | None = None) -> list[Tool]:
+    """The tools the tool searches among `items` loaded, in order (a compaction keeps those of
+    the items it covers). Their definitions were checked when those items were first taken."""
+    return load(loaded_definitions(items, unseal))
+
+
+def load(definitions: Sequence[Mapping[str, Any]]) -> list[Tool]:
+    """Tools as a tool search loads them: offered, whatever their `defer_loading` says."""
+    return [replace(t, deferred=False) for t in parse_tools(definitions)]
+
+
+LOADING_ITEMS = ("tool_search_output", "additional_tools")  # items whose `tools` are loaded
+
+
+def loaded_definitions(
+    items: Sequence[Mapping[str, Any]], unseal: Unseal | None = None
+) -> list[Mapping[str, Any]]:
+    """The definitions of the tools the tool searches among `items` loaded (and the
+    `additional_tools` items gave), each once."""
+    found: dict[str, Mapping[str, Any]] = {}
+    for item in items:
+        tools: Sequence[Any] = ()
+        if item.get("type") in LOADING_ITEMS and isinstance(item.get("tools"), list):
+            tools = item["tools"]
+        elif item.get("type") in COMPACTION_TYPES and unseal is not None:
+            with contextlib.suppress(ValueError):  # rendering refuses it, with its place
+                tools = Sealed.open(item.get("encrypted_content"), unseal).tools
+        for tool in tools:
+            if isinstance(tool, dict):
+                found.setdefault(json.dumps(tool, sort_keys=True), tool)
+    return list(found.values())
 
 
 def _disambiguated(tools: list[Tool]) -> list[Tool]:
@@ -293,13 +563,33 @@ def _echo(raw: Mapping[str, Any]) -> dict[str, Any]:
 def _named(tools: list[Tool], name: Any, param: str) -> Tool:
     tool = next((t for t in tools if t.name == name), None)
     if tool is None:
-        raise InvalidRequest(f"Invalid '{param}': no tool named {name!r} in 'tools'.", param=param)
+        raise _NotOffered(f"Invalid '{param}': no tool named {name!r} in 'tools'.", param=param)
     return tool
 
 
-def resolve(tools: list[Tool], choice: Any, servers: bool = False) -> ToolSet:
+def resolve(
+    tools: list[Tool], choice: Any, servers: bool = False, searching: bool = False
+) -> ToolSet:
     """Apply `tool_choice` to the tools; 400 for a choice that names what cannot run here.
-    `servers`: MCP servers give the model tools too (listed when the response runs)."""
+    `servers`: MCP servers give the model tools too (listed when the response runs). Deferred
+    tools are kept aside, neither offered nor named by a choice. `searching`: a tool search
+    may load the tool the choice names, so naming one not offered is settled by the turn."""
+    deferred = tuple(t for t in tools if t.deferred)
+    tools = [t for t in tools if not t.deferred]
+    try:
+        toolset = _resolve(tools, choice, servers)
+    except _NotOffered:
+        if not searching:
+            raise
+        toolset = ToolSet(tuple(tools), (), "required", pending=True)
+    return replace(toolset, deferred=deferred, choice=choice, servers=servers)
+
+
+class _NotOffered(InvalidRequest):
+    """`tool_choice` names a tool the request does not offer."""
+
+
+def _resolve(tools: list[Tool], choice: Any, servers: bool) -> ToolSet:
     offered = tuple(tools)
     if choice == "required" and not offered and not servers:
         raise InvalidRequest(
@@ -311,6 +601,13 @@ def resolve(tools: list[Tool], choice: Any, servers: bool = False) -> ToolSet:
     if not isinstance(choice, dict):
         raise InvalidRequest("Invalid 'tool_choice'.", param="tool_choice")
     kind = choice.get("type")
+    if kind in ("shell", "apply_patch"):
+        typed = next((t for t in tools if t.kind == kind), None)
+        if typed is None:
+            raise _NotOffered(
+                f"Invalid 'tool_choice': no {kind} tool in 'tools'.", param="tool_choice"
+            )
+        return ToolSet(offered, (typed,), "required")
     if kind in ("function", "custom"):
         return ToolSet(
             offered, (_named(tools, choice.get("name"), "tool_choice.name"),), "required"
@@ -330,6 +627,13 @@ def resolve(tools: list[Tool], choice: Any, servers: bool = False) -> ToolSet:
         if mode not in ("auto", "required"):
             raise InvalidRequest("Invalid 'tool_choice.mode'.", param="tool_choice.mode")
         return ToolSet(offered, tuple(allowed), mode)
+    if isinstance(kind, str) and kind.startswith("web_search"):
+        raise InvalidRequest(
+            f"tool_choice {kind!r} cannot be forced: this server runs no web search, so it "
+            "offers the model none.",
+            param="tool_choice",
+            code="unsupported_value",
+        )
     raise InvalidRequest(
         f"tool_choice {kind!r} names a tool this server cannot run; only function and custom "
         "tools are executed by the model here.",

@@ -15,6 +15,7 @@ once. A response that runs server-side tools is several generations: each next o
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -23,10 +24,19 @@ from oars.generation import ChatMessage, EngineRequest, Route
 from oars.normalize import ResponseRequest
 from oars.prompt import Context, Unseal, render, validate
 from oars.store import Chain, Json, Reads
-from oars.tools import ToolSet
+from oars.tools import ToolSet, loaded
 
-_CALLS = ("function_call", "custom_tool_call")
-_ANSWERS = ("function_call_output", "custom_tool_call_output")
+# a call's item type → the type of the item that answers it
+_ANSWERED = {
+    "function_call": "function_call_output",
+    "custom_tool_call": "custom_tool_call_output",
+    "tool_search_call": "tool_search_output",
+    "shell_call": "shell_call_output",
+    "local_shell_call": "local_shell_call_output",
+    "apply_patch_call": "apply_patch_call_output",
+}
+_CALLS = tuple(_ANSWERED)
+_ANSWERS = tuple(_ANSWERED.values())
 
 
 @dataclass(frozen=True)
@@ -70,10 +80,11 @@ class Turn:
             (*earlier, *new_input),
             new_input,
             len(history),
-            unseal,
+            _once(unseal),
             served_by=chain.served_by or conversation.served_by,
         ).rendered()  # the one render, which validates the new input's items
         _check_answers(history, new_input)
+        _ = turn.tools  # 400 for a tool_choice naming a tool no tool search loaded
         return turn
 
     @classmethod
@@ -81,7 +92,9 @@ class Turn:
         """A request without history (its input has no item references); 400 naming a
         malformed item."""
         items = request.input_items
-        return cls(request, items, items, items, 0, unseal).rendered()
+        turn = cls(request, items, items, items, 0, _once(unseal)).rendered()
+        _ = turn.tools  # 400 for a tool_choice naming a tool no tool search loaded
+        return turn
 
     # ---- what the model sees ------------------------------------------------------------
 
@@ -113,6 +126,11 @@ class Turn:
         named = any(item.get("type") == "item_reference" for item in r.input_items)
         return r.generate or (alone and not named)
 
+    @functools.cached_property
+    def tools(self) -> ToolSet:
+        """The request's tools, with those the tool searches in its context loaded."""
+        return self.request.tools.loading(loaded((*self.items, *self.output), self.unseal))
+
     def engine_request(
         self, tools: ToolSet | None = None, max_output_tokens: int | None = None
     ) -> EngineRequest:
@@ -125,7 +143,7 @@ class Turn:
         return EngineRequest(
             messages=self.messages,
             sampling=sampling,
-            tools=r.tools if tools is None else tools,
+            tools=self.tools if tools is None else tools,
             parallel_tool_calls=r.parallel_tool_calls,
             output=r.output,
             top_logprobs=r.top_logprobs,
@@ -169,6 +187,12 @@ class Turn:
         ]
 
 
+def _once(unseal: Unseal | None) -> Unseal | None:
+    """The server's key, opening each sealed text of a turn once however often it is read
+    (to render, and for the tools its compactions keep)."""
+    return functools.lru_cache(maxsize=256)(unseal) if unseal is not None else None
+
+
 async def items_of(
     previous_response_id: str | None,
     items: Sequence[Json],
@@ -192,10 +216,11 @@ def _check_answers(history: Sequence[Json], new_input: Sequence[Json]) -> None:
     asked = {item.get("id") for item in context if item.get("type") == "mcp_approval_request"}
     for position, item in enumerate(new_input):
         kind = item.get("type")
-        if history and kind in _ANSWERS and item.get("call_id") not in made:
+        key = "id" if kind == "local_shell_call_output" else "call_id"  # as the API has it
+        if history and kind in _ANSWERS and item.get(key) not in made:
             raise InvalidRequest(
-                f"No tool call found for the tool output with call_id {item.get('call_id')!r}.",
-                param=f"input[{position}].call_id",
+                f"No tool call found for the tool output with call_id {item.get(key)!r}.",
+                param=f"input[{position}].{key}",
             )
         if kind == "mcp_approval_response" and item.get("approval_request_id") not in asked:
             raise InvalidRequest(

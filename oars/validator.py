@@ -367,6 +367,12 @@ class _Checker:
             got = [c.get("text", c.get("refusal")) for c in content]
             if texts != got:
                 self.fail(i, "I7", "item content differs from the streamed deltas", event)
+        commands = self.open.get("commands")
+        if commands is not None and (
+            not all(c["closed"] for c in commands)
+            or [c["acc"] for c in commands] != item.get("action", {}).get("commands")
+        ):
+            self.fail(i, "I7", "the shell call's commands differ from the streamed ones", event)
         streamed = _CALL_VALUE.get(item.get("type", ""))
         if streamed is not None and item.get(streamed) != self.open["acc"]:
             # Codex runs the call in output_item.done: it must be what was streamed.
@@ -433,6 +439,42 @@ class _Checker:
     def error(self, i: int, event: dict[str, Any]) -> None:
         self.pending_error = True
 
+    # ---- a shell call's commands (added, delta*, done; one at a time, in order) -----------
+
+    def command(self, i: int, event: dict[str, Any]) -> dict[str, Any] | None:
+        """The command an event is about: of the open shell call, the one last added."""
+        if self.open is None or self.open["item"].get("type") != "shell_call":
+            self.fail(i, "I3", "a shell command event for no open shell_call", event)
+            return None
+        if event.get("output_index") != self.open["index"]:
+            self.fail(i, "I4", f"output_index {event.get('output_index')} != open item's", event)
+        commands = self.open.setdefault("commands", [])
+        if event["type"].endswith(".added"):
+            if commands and not commands[-1]["closed"]:
+                self.fail(i, "I3", "a shell command added while another is open", event)
+            if event.get("command_index") != len(commands):
+                self.fail(i, "I5", f"command_index {event.get('command_index')} != {len(commands)}")
+            commands.append({"acc": event.get("command", ""), "closed": False})
+        elif not commands or commands[-1]["closed"]:
+            self.fail(i, "I3", "a shell command event with no command open", event)
+            return None
+        elif event.get("command_index") != len(commands) - 1:
+            self.fail(i, "I5", f"command_index {event.get('command_index')} is not the open one")
+        return commands[-1]  # type: ignore[no-any-return]
+
+    def command_delta(self, i: int, event: dict[str, Any]) -> None:
+        command = self.command(i, event)
+        if command is not None:
+            command["acc"] += event.get("delta", "")
+
+    def command_done(self, i: int, event: dict[str, Any]) -> None:
+        command = self.command(i, event)
+        if command is None:
+            return
+        if event.get("command") != command["acc"]:
+            self.fail(i, "I7", "the command at done differs from its deltas", event)
+        command["closed"] = True
+
     def finish(self, count: int) -> None:
         if self.terminal_at is None:
             self.fail(-1, "I2", f"stream of {count} events ended without a terminal event")
@@ -448,6 +490,9 @@ _HANDLERS = {
     "response.failed": _Checker.terminal,
     "response.cancelled": _Checker.terminal,
     "error": _Checker.error,
+    "response.shell_call_command.added": _Checker.command,
+    "response.shell_call_command.delta": _Checker.command_delta,
+    "response.shell_call_command.done": _Checker.command_done,
 }
 
 

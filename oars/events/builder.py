@@ -17,6 +17,8 @@ The items of an MCP server's tools, which this server runs, stream as OpenAI str
                     … the call runs … → mcp_call.completed | .failed → output_item.done
     mcp_approval_request: output_item.added → output_item.done
 
+This server's tool search: a `tool_search_call` and its `tool_search_output`, each added and done.
+
 A response may be several generations (a server-side tool's result goes back to the model):
 the builder goes on across them, so ids, `output_index` and `sequence_number` stay one sequence.
 
@@ -54,17 +56,48 @@ Event = dict[str, Any]
 @dataclass(frozen=True)
 class CallTarget:
     """What the builder knows of a tool the model may call: the name and namespace its call
-    item carries, and whether the call is a custom tool's (its input streams as text, not as
-    JSON arguments). The service makes these from the request's tools, so the builder needs
-    nothing else of them."""
+    item carries, and its kind: a custom tool's input streams as text, not as JSON arguments;
+    a client's tool search is a `tool_search_call` whose arguments come whole in its done item.
+    The service makes these from the request's tools, so the builder needs nothing else."""
 
     name: str
     namespace: str | None = None
-    custom: bool = False
+    kind: str = "function"  # "function" | "custom" | "tool_search" (the tool's kind)
+
+    @property
+    def custom(self) -> bool:
+        return self.kind == "custom"
 
 
 # Items a model writes as a call: one open at the end of a generation was cut short.
-_CALL_TYPES = ("function_call", "custom_tool_call", "mcp_call")
+_CALL_TYPES = (
+    "function_call",
+    "custom_tool_call",
+    "mcp_call",
+    "tool_search_call",
+    "shell_call",
+    "local_shell_call",
+    "apply_patch_call",
+)
+# Those whose arguments the model's call segments write (an mcp_call's are kept by the step).
+_MODEL_CALLS = (
+    "function_call",
+    "custom_tool_call",
+    "tool_search_call",
+    "shell_call",
+    "local_shell_call",
+    "apply_patch_call",
+)
+# Calls of the client's tool types with an item of their own (the tool's kind → the item's
+# type, its id prefix): their arguments take no delta events (a shell call streams its
+# commands as `shell_call_command.*` once they are whole).
+_TYPED_CALLS = {
+    "tool_search": ("tool_search_call", "ts"),
+    "shell": ("shell_call", "sh"),
+    "local_shell": ("local_shell_call", "lsh"),
+    "apply_patch": ("apply_patch_call", "apc"),
+}
+_TYPED_ITEMS = frozenset(item_type for item_type, _ in _TYPED_CALLS.values())
 
 # Why a response that stopped early is `incomplete` (its `incomplete_details.reason`).
 _INCOMPLETE_REASONS = {
@@ -266,18 +299,23 @@ class ResponseBuilder:
         events.append(self._part_event("response.content_part.added", item, 0))
         return events
 
-    def _add_item(self, **fields: Any) -> tuple[Item, list[Event]]:
-        """Close the open item, open a new one at the next output_index, announce it."""
+    def _add_item(self, announce: bool = True, **fields: Any) -> tuple[Item, list[Event]]:
+        """Close the open item, open a new one at the next output_index, announce it (or, not
+        `announce`d, when it closes: an item whose first form would say what is not known)."""
         events = self._close("completed")
         item = Item(output_index=len(self._items), **fields)
         self._items.append(item)
         self._open = item
-        events.append(
-            self._emit(
-                "response.output_item.added", output_index=item.output_index, item=item.wire()
-            )
-        )
+        if announce:
+            events.append(self._added(item))
+        else:
+            item.stage = "unannounced"
         return item, events
+
+    def _added(self, item: Item) -> Event:
+        return self._emit(
+            "response.output_item.added", output_index=item.output_index, item=item.wire()
+        )
 
     def _part_event(self, type_: str, item: Item, content_index: int) -> Event:
         return self._emit(
@@ -309,6 +347,17 @@ class ResponseBuilder:
 
     def _call_start(self, segment: Segment) -> list[Event]:
         tool = self._tools.get(segment.name)
+        typed = _TYPED_CALLS.get(tool.kind) if tool is not None else None
+        if typed is not None:
+            item_type, prefix = typed
+            _, events = self._add_item(
+                announce=item_type != "apply_patch_call",  # its operation is not known yet
+                type=item_type,
+                id=new_id(prefix),
+                call_id=new_id("call"),
+                execution="client",
+            )
+            return events
         custom = tool is not None and tool.custom
         _, events = self._add_item(
             type="custom_tool_call" if custom else "function_call",
@@ -322,13 +371,11 @@ class ResponseBuilder:
 
     def _call_args(self, segment: Segment) -> list[Event]:
         item = self._open
-        if (
-            item is None
-            or item.type not in ("function_call", "custom_tool_call")
-            or not segment.text
-        ):
+        if item is None or item.type not in _MODEL_CALLS or not segment.text:
             return []
         item.arguments += segment.text
+        if item.type in _TYPED_ITEMS:  # its arguments come whole, in its done item
+            return []
         if item.input_field is not None:
             return self._input_delta(item, item.input_field.feed(segment.text))
         return [
@@ -378,6 +425,16 @@ class ResponseBuilder:
         events.append(
             self._emit("response.custom_tool_call_input.done", **where, input=item.arguments)
         )
+        return events
+
+    def _commands(self, item: Item) -> list[Event]:
+        """A shell call's commands, each added, written and done, once the call is whole."""
+        events: list[Event] = []
+        for index, command in enumerate(item.wire()["action"]["commands"]):
+            where = {"output_index": item.output_index, "command_index": index}
+            events.append(self._emit("response.shell_call_command.added", **where, command=""))
+            events.append(self._emit("response.shell_call_command.delta", **where, delta=command))
+            events.append(self._emit("response.shell_call_command.done", **where, command=command))
         return events
 
     # ---- MCP servers' tools (run by this server) -------------------------------------------
@@ -449,6 +506,32 @@ class ResponseBuilder:
         )
         return events + self._close("completed")
 
+    # ---- this server's tool search ---------------------------------------------------------
+
+    def tool_search(self, arguments: str, tools: list[dict[str, Any]]) -> list[Event]:
+        """A search this server ran: its call, then its output (the tools it loaded), each
+        added and done; the tools are callable by the model from now on."""
+        call, events = self._add_item(
+            type="tool_search_call",
+            id=new_id("ts"),
+            call_id=new_id("call"),
+            execution="server",
+            arguments=arguments,
+        )
+        events += self._close("completed")
+        _, added = self._add_item(
+            type="tool_search_output",
+            id=new_id("tso"),
+            call_id=call.call_id,
+            execution="server",
+            tools=tools,
+        )
+        return events + added + self._close("completed")
+
+    def offer(self, targets: Mapping[str, CallTarget]) -> None:
+        """More tools the model may call from now on (a tool search loaded them)."""
+        self._tools.update(targets)
+
     def _open_of(self, item_type: str) -> Item:
         item = self._open
         assert item is not None and item.type == item_type, f"no open {item_type}"
@@ -459,10 +542,22 @@ class ResponseBuilder:
         self._pending_space = []
         if item is None:
             return []
+        if item.stage == "unannounced":
+            if status != "completed":  # a call cut before it was whole was never shown: none
+                self._items.pop()
+                return []
+            item.stage = "added"
+            events = [self._added(item)]
+            return events + self._close_item(item, status)
+        return self._close_item(item, status)
+
+    def _close_item(self, item: Item, status: str) -> list[Event]:
         if item.parts:
             events = self._close_part(item)
         elif item.type in ("function_call", "custom_tool_call"):
             events = self._close_call(item)
+        elif item.type == "shell_call":
+            events = self._commands(item)
         elif item.type == "mcp_list_tools" and item.stage != "ended":  # stopped while listing
             item.error = "The listing of the MCP server's tools did not finish."
             events = self._listing(item) if item.stage == "added" else []

@@ -8,6 +8,7 @@ the two forms of a token's logprob.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,7 +60,7 @@ class Part:
 
 @dataclass
 class Item:
-    type: str  # "message" | "reasoning" | "function_call" | "custom_tool_call" | "compaction"
+    type: str  # "message" | "reasoning" | "function_call" | "custom_tool_call" | "compaction" | …
     id: str
     output_index: int
     status: str = "in_progress"
@@ -76,7 +77,8 @@ class Item:
     output: str | None = None  # mcp_call: the tool's result
     error: dict[str, Any] | str | None = None  # mcp_call: an error object; mcp_list_tools: text
     approval_request_id: str | None = None  # mcp_call: the approval it ran after
-    tools: list[dict[str, Any]] = field(default_factory=list)  # mcp_list_tools
+    execution: str = ""  # tool search items: "client" or "server"
+    tools: list[dict[str, Any]] = field(default_factory=list)  # mcp_list_tools, tool searches
     # MCP items: "running" (listing or calling), then "ended" (a listing's end is out) or the
     # call's outcome ("completed", "failed"), which its done item keeps
     stage: str = "added"
@@ -129,6 +131,72 @@ def _custom_call_wire(item: Item) -> dict[str, Any]:
     return {**_call_fields(item), "input": item.streamed}
 
 
+def _written(item: Item) -> dict[str, Any]:
+    """The arguments the model wrote, once they are a whole JSON object ({} before)."""
+    try:
+        arguments = json.loads(item.arguments) if item.arguments.strip() else {}
+    except json.JSONDecodeError:
+        return {}
+    return arguments if isinstance(arguments, dict) else {}
+
+
+def _strings(value: Any) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def _integer(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _typed_call_fields(item: Item) -> dict[str, Any]:
+    return {"id": item.id, "type": item.type, "status": item.status, "call_id": item.call_id}
+
+
+def _tool_search_call_wire(item: Item) -> dict[str, Any]:
+    return {**_typed_call_fields(item), "execution": item.execution, "arguments": _written(item)}
+
+
+def _shell_call_wire(item: Item) -> dict[str, Any]:
+    written = _written(item)
+    action: dict[str, Any] = {
+        "commands": _strings(written.get("commands")),
+        "timeout_ms": _integer(written.get("timeout_ms")),
+        "max_output_length": None,
+    }
+    return {**_typed_call_fields(item), "action": action}
+
+
+def _local_shell_call_wire(item: Item) -> dict[str, Any]:
+    written = _written(item)
+    directory = written.get("working_directory")
+    action: dict[str, Any] = {
+        "type": "exec",
+        "command": _strings(written.get("command")),
+        "env": {},
+        "timeout_ms": _integer(written.get("timeout_ms")),
+        "user": None,
+        "working_directory": directory if isinstance(directory, str) else None,
+    }
+    return {**_typed_call_fields(item), "action": action}
+
+
+def _apply_patch_call_wire(item: Item) -> dict[str, Any]:
+    """Only ever shown whole (`ResponseBuilder` announces it when it closes)."""
+    written = _written(item)
+    kind = written.get("operation")
+    operation: dict[str, Any] = {
+        "type": kind if kind in ("create_file", "update_file", "delete_file") else "update_file",
+        "path": str(written.get("path", "")),
+    }
+    if operation["type"] != "delete_file":
+        operation["diff"] = str(written.get("diff", ""))
+    return {**_typed_call_fields(item), "operation": operation}
+
+
+def _tool_search_output_wire(item: Item) -> dict[str, Any]:
+    return {**_typed_call_fields(item), "execution": item.execution, "tools": item.tools}
+
+
 def _compaction_wire(item: Item) -> dict[str, Any]:
     return {"id": item.id, "type": "compaction", "encrypted_content": item.encrypted}
 
@@ -177,6 +245,11 @@ _ITEM_WIRE: dict[str, Callable[[Item], dict[str, Any]]] = {
     "reasoning": _reasoning_wire,
     "function_call": _function_call_wire,
     "custom_tool_call": _custom_call_wire,
+    "tool_search_call": _tool_search_call_wire,
+    "shell_call": _shell_call_wire,
+    "local_shell_call": _local_shell_call_wire,
+    "apply_patch_call": _apply_patch_call_wire,
+    "tool_search_output": _tool_search_output_wire,
 }
 
 # segment kind → (item type, id prefix, part type)

@@ -64,9 +64,12 @@ _OWN = frozenset(
 )
 
 
+_KEPT = ("call_id", "name", "namespace", "server_label", "execution")
+
+
 def _replayed_item(wire: Mapping[str, Any], output_index: int) -> Item:
     """An item as its `output_item.added` showed it, open (its deltas follow)."""
-    fields = {k: wire[k] for k in ("call_id", "name", "namespace", "server_label") if k in wire}
+    fields = {k: wire[k] for k in _KEPT if k in wire}
     item = Item(type=wire["type"], id=wire["id"], output_index=output_index, **fields)
     item.phase = wire.get("phase") or ""
     item.approval_request_id = wire.get("approval_request_id")

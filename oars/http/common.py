@@ -24,6 +24,7 @@ from oars.service import ResponsesService
 from oars.settings import Limits
 from oars.store import Page, Reads
 from oars.tenancy import Tenant
+from oars.tools import ignored_tools
 from oars.turn import Turn
 
 log = logging.getLogger("oars.http")
@@ -86,7 +87,7 @@ def create_request(oars: Shared, body: Any) -> ResponseRequest:
     """A create body, validated for this server (the HTTP and WebSocket transports both start
     here)."""
     service = oars.service
-    return normalize(
+    request = normalize(
         body,
         served_model=service.default_model,
         default_temperature=service.default_temperature,
@@ -94,6 +95,19 @@ def create_request(oars: Shared, body: Any) -> ResponseRequest:
         can_store=oars.keeps,
         mcp_servers=service.toolboxes.labels if service.toolboxes else frozenset(),
     )
+    for kind in ignored_tools(request.echo["tools"]):
+        oars.metrics.tool_ignored(kind)
+        if kind not in _TOLD:
+            _TOLD.add(kind)
+            log.warning(
+                "a request sent a %s tool; this server runs no web search, so the model is not "
+                "offered one (said once; oars_tools_ignored_total counts them)",
+                kind,
+            )
+    return request
+
+
+_TOLD: set[str] = set()  # the ignored tool types already logged
 
 
 async def open_turn(oars: Shared, request: ResponseRequest, store: Reads | None) -> Turn:

@@ -50,6 +50,7 @@ class McpServer:
     never: ToolFilter | None = None  # … unless they match this (and not `always`)
     description: str | None = None
     param: str = "tools"  # where the request named it
+    deferred: bool = False  # its tools are listed, and offered once a tool search finds them
 
     def allows(self, name: str, read_only: bool) -> bool:
         return self.allowed.matches(name, read_only)
@@ -172,16 +173,24 @@ _UNSUPPORTED = {
 }
 
 
-def parse_server(raw: Mapping[str, Any], param: str, configured: frozenset[str]) -> McpServer:
+def parse_server(
+    raw: Mapping[str, Any], param: str, configured: frozenset[str], searching: bool = False
+) -> McpServer:
     """One `mcp` tool of `tools`, as `tools[i]` (`configured`: the operator's server labels,
-    which a request may name without a URL)."""
+    which a request may name without a URL; `searching`: the request has this server's tool
+    search, which finds the tools of a deferred server)."""
     for key, why in _UNSUPPORTED.items():
         if raw.get(key) is not None:
             raise _fail(f"Invalid '{param}.{key}': {why}.", f"{param}.{key}")
-    if raw.get("defer_loading"):
+    deferred = raw.get("defer_loading")
+    if deferred is not None and not isinstance(deferred, bool):
         raise _fail(
-            f"Invalid '{param}.defer_loading': deferred tools are found by tool search, "
-            "which this server does not run.",
+            f"Invalid '{param}.defer_loading': expected a boolean.", f"{param}.defer_loading"
+        )
+    if deferred and not searching:
+        raise _fail(
+            f"Invalid '{param}.defer_loading': an MCP server's tools are deferred for this "
+            'server\'s tool search to find; add {"type": "tool_search"} to \'tools\'.',
             f"{param}.defer_loading",
         )
     label = raw.get("server_label")
@@ -225,17 +234,23 @@ def parse_server(raw: Mapping[str, Any], param: str, configured: frozenset[str])
         never=never,
         description=description,
         param=param,
+        deferred=bool(deferred),
     )
 
 
 def parse_servers(
     tools: Sequence[Any], configured: frozenset[str] = frozenset()
 ) -> tuple[McpServer, ...]:
-    """The `mcp` tools of `tools` (400 for two of one label)."""
+    """The `mcp` tools of `tools` (400 for two of one label, or one deferred without this
+    server's tool search to find its tools)."""
     servers: list[McpServer] = []
+    searching = any(
+        isinstance(t, dict) and t.get("type") == "tool_search" and t.get("execution") != "client"
+        for t in tools
+    )
     for i, raw in enumerate(tools):
         if isinstance(raw, dict) and raw.get("type") == "mcp":
-            server = parse_server(raw, f"tools[{i}]", configured)
+            server = parse_server(raw, f"tools[{i}]", configured, searching)
             if any(s.label == server.label for s in servers):
                 raise _fail(
                     f"Invalid 'tools[{i}].server_label': {server.label!r} names two MCP tools.",

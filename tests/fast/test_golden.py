@@ -86,6 +86,52 @@ CASES: dict[str, tuple[ScriptedEngine, dict[str, Any]]] = {
         ),
         {"tools": [PATCH]},
     ),
+    "tool_search_call": (
+        ScriptedEngine(
+            [
+                '<tool_call>\n{"name": "tool_search", "arguments": ',
+                '{"query": "weather", "limit": 2}}\n</tool_call>',
+            ]
+        ),
+        {
+            "tools": [
+                {**WEATHER, "defer_loading": True},
+                {"type": "tool_search", "execution": "client", "description": "Find tools."},
+            ]
+        },
+    ),
+    "shell_call": (
+        ScriptedEngine(
+            [
+                '<tool_call>\n{"name": "shell", "arguments": {"commands": ',
+                '["ls -l", "cat notes.txt"]}}\n</tool_call>',
+            ]
+        ),
+        {"tools": [{"type": "shell", "environment": {"type": "local"}}]},
+    ),
+    "local_shell_call": (
+        ScriptedEngine(['<tool_call>\n{"name": "local_shell", "arguments": {"command": ["ls"]}}']),
+        {"tools": [{"type": "local_shell"}]},
+    ),
+    "apply_patch_call": (
+        ScriptedEngine(
+            [
+                '<tool_call>\n{"name": "apply_patch", "arguments": {"operation": "create_file", ',
+                '"path": "notes.txt", "diff": "+hi\\n"}}\n</tool_call>',
+            ]
+        ),
+        {"tools": [{"type": "apply_patch"}], "tool_choice": {"type": "apply_patch"}},
+    ),
+    "apply_patch_call_cut_by_max_output_tokens": (
+        ScriptedEngine(
+            [
+                '<tool_call>\n{"name": "apply_patch", "arguments": {"operation": "create_file", ',
+                '"path": "notes.txt", "diff": "+hi',
+                '\\n"}}\n</tool_call>',
+            ]
+        ),
+        {"tools": [{"type": "apply_patch"}], "max_output_tokens": 2},
+    ),
     "namespace_call": (
         ScriptedEngine(['{"name": "spawn_agent", "arguments": {"task": "x"}}']),
         {

@@ -243,9 +243,9 @@ def test_a_hosted_tool_must_be_what_its_type_says() -> None:
     bad = {"type": "code_interpreter", "container": {"type": "auto", "network_policy": {"x": [1]}}}
     error = _error(_send(json.dumps({"model": "m", "input": "x", "tools": [FN, bad]}).encode()))
     assert error["param"] == "tools[1]" and "code_interpreter" in error["message"]
-    fine = [{"type": "web_search"}, {"type": "code_interpreter", "container": {"type": "auto"}}]
+    bad_search = {"type": "web_search", "filters": {"allowed_domains": "x.org"}}
+    error = _error(_send(json.dumps({"model": "m", "input": "x", "tools": [bad_search]}).encode()))
+    assert error["param"] == "tools[0]" and "web_search" in error["message"]
+    fine = [{"type": "web_search", "filters": {"allowed_domains": ["x.org"]}}]
     r = _send(json.dumps({"model": "m", "input": "x", "tools": fine}).encode())
-    assert r.status_code == 200 and [t["type"] for t in r.json()["tools"]] == [
-        "web_search",
-        "code_interpreter",
-    ]
+    assert r.status_code == 200 and r.json()["tools"] == fine

@@ -352,19 +352,42 @@ def test_bad_tool_choice_is_400(tool_choice: Any, param: str) -> None:
     assert r.json()["error"]["param"] == param
 
 
-def test_hosted_tools_are_accepted_and_not_offered() -> None:
+def test_web_search_is_accepted_and_not_offered() -> None:
+    """Codex sends it with every request: taken, echoed as sent, never offered."""
     engine = ScriptedEngine()
     tools: list[dict[str, Any]] = [
-        {"type": "web_search"},
-        {"type": "file_search", "vector_store_ids": ["vs_1"]},
+        {"type": "web_search", "external_web_access": True},
         WEATHER,
         {"type": "tool_search", "execution": "client"},
     ]
     r = _post({"model": "m", "input": "x", "tools": tools}, engine)
     assert r.status_code == 200
-    assert _offered(engine) == ["get_weather"]
+    assert _offered(engine) == ["get_weather", "tool_search"]
     assert [t["type"] for t in r.json()["tools"]] == [t["type"] for t in tools]
-    assert r.json()["tools"][:2] == tools[:2]
+    assert r.json()["tools"][0] == tools[0]
+
+
+@pytest.mark.parametrize(
+    "tool",
+    [
+        {"type": "file_search", "vector_store_ids": ["vs_1"]},
+        {"type": "code_interpreter", "container": {"type": "auto"}},
+        {"type": "image_generation"},
+        {
+            "type": "computer_use_preview",
+            "display_height": 1,
+            "display_width": 1,
+            "environment": "linux",
+        },
+        {"type": "web_search_preview"},
+    ],
+)
+def test_a_hosted_tool_this_server_does_not_run_is_refused(tool: dict[str, Any]) -> None:
+    r = _post({"model": "m", "input": "x", "tools": [WEATHER, tool]}, ScriptedEngine())
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"].startswith("tools[1]"), error
+    assert tool["type"] in error["message"], error
 
 
 def test_an_mcp_tool_needs_a_url_or_a_server_the_operator_configured() -> None:

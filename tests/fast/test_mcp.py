@@ -976,3 +976,61 @@ def test_a_name_that_resolves_to_loopback_is_refused(mcp_http: McpProcess) -> No
     url = f"http://localhost:{mcp_http.port}/mcp"
     r = _post(ScriptedEngine(), {"input": "x", "tools": [mcp_at(url)]}, allow=())
     assert r.status_code == 400 and r.json()["error"]["param"] == "tools[0].server_url"
+
+
+# ---- a deferred server: its tools found by this server's tool search ---------------------------
+
+SEARCH_VAULT = _call("tool_search", {"query": "open the vault with its code"})
+
+
+def test_a_deferred_servers_tool_is_found_by_the_tool_search_then_runs(
+    mcp_http: McpProcess,
+) -> None:
+    engine = ScriptedEngine(steps([SEARCH_VAULT], [OPEN], [ANSWER]))
+    tools = [mcp(mcp_http, defer_loading=True), {"type": "tool_search"}]
+    events = _stream(engine, {"input": "What word is in the vault?", "tools": tools})
+    first, second, *_ = engine.requests
+    assert [t.name for t in first.tools.offered] == ["tool_search"]
+    assert "vault" in first.tools.offered[0].description
+    assert "vault__open_vault" in [t.model_name for t in second.tools.offered]
+    assert second.messages[-1].content == "Tools loaded: vault__open_vault."
+    listing, search, found, call, answer = _output(events)
+    assert [t["name"] for t in listing["tools"]] == ["add", "echo", "open_vault", "slow", "crash"]
+    assert search["type"] == "tool_search_call" and search["execution"] == "server"
+    assert found["tools"][0] == {
+        "type": "mcp",
+        "server_label": "vault",
+        "allowed_tools": ["open_vault"],
+    }
+    assert call["type"] == "mcp_call" and call["output"].endswith(f"{WORD}.")
+    assert answer["content"][0]["text"] == ANSWER
+
+
+def test_a_deferred_server_needs_this_servers_tool_search(mcp_http: McpProcess) -> None:
+    for tools in (
+        [mcp(mcp_http, defer_loading=True)],
+        [mcp(mcp_http, defer_loading=True), {"type": "tool_search", "execution": "client"}],
+    ):
+        r = _post(ScriptedEngine(), {"input": "x", "tools": tools})
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["param"] == "tools[0].defer_loading"
+
+
+def test_a_deferred_servers_tool_found_earlier_in_the_chain_is_offered(
+    mcp_http: McpProcess, tmp_path: Path
+) -> None:
+    engine = ScriptedEngine(steps([SEARCH_VAULT], [OPEN], [ANSWER]))
+    tools = [mcp(mcp_http, defer_loading=True), {"type": "tool_search"}]
+
+    async def go() -> None:
+        async with _client(engine, store=SqlStore(f"sqlite:///{tmp_path}/o.db")) as client:
+            body = {"model": "m", "input": "What word is in the vault?", "tools": tools}
+            first = (await client.post("/responses", json=body, timeout=60)).json()
+            assert first["status"] == "completed", first
+            again = {**body, "input": "Again?", "previous_response_id": first["id"]}
+            r = await client.post("/responses", json=again, timeout=60)
+            assert r.status_code == 200, r.text
+        offered = [t.model_name for t in engine.requests[-1].tools.offered]
+        assert "vault__open_vault" in offered and "vault__add" not in offered
+
+    asyncio.run(go())

@@ -182,3 +182,34 @@ def test_a_socket_names_the_frame_that_breaks_a_rule() -> None:
     report = validate_socket(frames)
     assert {(v.index, v.rule) for v in report.violations} >= {(len(frames) - 2, "I1")}
     assert any(v.rule == "I2" for v in report.violations), report.text()
+
+
+def _shell_events() -> list[Event]:
+    call = '<tool_call>{"name": "shell", "arguments": {"commands": ["ls", "pwd"]}}</tool_call>'
+    service = ResponsesService(ScriptedEngine([call]))
+    body = {"input": "x", "tools": [{"type": "shell"}]}
+    return run_to_end(service, normalize(body, served_model="m"))
+
+
+def _alter_done_command(ev: list[Event]) -> list[Event]:
+    next(e for e in ev if e["type"] == "response.shell_call_command.done")["command"] = "rm"
+    return ev
+
+
+def _alter_final_commands(ev: list[Event]) -> list[Event]:
+    done = next(e for e in ev if e["type"] == "response.output_item.done")
+    done["item"]["action"]["commands"] = ["ls"]
+    return ev
+
+
+def _skip_a_command(ev: list[Event]) -> list[Event]:
+    return _renumber([e for e in ev if e.get("command_index") != 0])
+
+
+@pytest.mark.parametrize("alter", [_alter_done_command, _alter_final_commands, _skip_a_command])
+def test_a_shell_calls_commands_must_stream_as_the_item_ends(
+    alter: Callable[[list[Event]], list[Event]],
+) -> None:
+    assert validate_events(_shell_events()).ok
+    report = validate_events(alter(_shell_events()))
+    assert {v.rule for v in report.violations} & {"I5", "I7"}, report.text()

@@ -88,3 +88,89 @@ def test_openai_agents_tool_loop(agent_server: str, guarded: bool = True) -> Non
     assert isinstance(result.final_output, str) and result.final_output.strip()
     if guarded:  # the answer reads the tool's result, not a call written again ("Mark{…")
         assert "rain" in result.final_output.lower() and "{" not in result.final_output
+
+
+def _agent_run(agent_server: str, tools: list[Any], instructions: str, ask: str) -> Any:
+    """One Agents SDK run against the embedded model, up to four turns."""
+    from agents import Agent, OpenAIResponsesModel, Runner, set_tracing_disabled
+    from openai import AsyncOpenAI
+
+    set_tracing_disabled(True)
+
+    async def run() -> Any:
+        client = AsyncOpenAI(base_url=agent_server, api_key="unused", max_retries=0)
+        model = OpenAIResponsesModel(model="qwen2.5-coder-0.5b-instruct", openai_client=client)
+        agent = Agent(name="Agent", instructions=instructions, tools=tools, model=model)
+        try:
+            return await Runner.run(agent, ask, max_turns=4)
+        finally:
+            await client.close()
+
+    return asyncio.run(run())
+
+
+def test_openai_agents_shell_tool(agent_server: str) -> None:
+    """The Agents SDK's ShellTool (the `shell` tool type): the model's `shell_call` runs in
+    the SDK's executor, whose `shell_call_output` the model reads."""
+    from agents import (
+        ShellCallOutcome,
+        ShellCommandOutput,
+        ShellCommandRequest,
+        ShellResult,
+        ShellTool,
+    )
+
+    ran: list[list[str]] = []
+
+    def executor(request: ShellCommandRequest) -> ShellResult:
+        ran.append(list(request.data.action.commands))
+        return ShellResult(
+            output=[
+                ShellCommandOutput(
+                    stdout="notes.txt  report.pdf\n", outcome=ShellCallOutcome("exit", 0)
+                )
+                for _ in request.data.action.commands
+            ]
+        )
+
+    result = _agent_run(
+        agent_server,
+        [ShellTool(executor=executor)],
+        "You run shell commands with the shell tool to answer.",
+        "Which files are in the current directory? Run ls.",
+    )
+    assert ran and all(isinstance(c, str) and c for c in ran[0]), ran
+    assert isinstance(result.final_output, str) and result.final_output.strip()
+
+
+def test_openai_agents_apply_patch_tool(agent_server: str, tmp_path: Path) -> None:
+    """The Agents SDK's ApplyPatchTool (the `apply_patch` tool type): the model's
+    `apply_patch_call` is applied by the SDK's editor."""
+    from agents import ApplyPatchTool
+    from agents.apply_diff import apply_diff
+    from agents.editor import ApplyPatchOperation, ApplyPatchResult
+
+    class Editor:
+        def create_file(self, operation: ApplyPatchOperation) -> ApplyPatchResult:
+            path = tmp_path / Path(operation.path).name
+            path.write_text(apply_diff("", operation.diff or "", mode="create"))
+            return ApplyPatchResult(status="completed", output=f"Created {operation.path}")
+
+        def update_file(self, operation: ApplyPatchOperation) -> ApplyPatchResult:
+            path = tmp_path / Path(operation.path).name
+            path.write_text(apply_diff(path.read_text(), operation.diff or ""))
+            return ApplyPatchResult(status="completed", output=f"Updated {operation.path}")
+
+        def delete_file(self, operation: ApplyPatchOperation) -> ApplyPatchResult:
+            (tmp_path / Path(operation.path).name).unlink()
+            return ApplyPatchResult(status="completed", output=f"Deleted {operation.path}")
+
+    _agent_run(
+        agent_server,
+        [ApplyPatchTool(editor=Editor())],
+        "You edit files with the apply_patch tool.",
+        "Create the file hello.txt containing the line: hi",
+    )
+    written = list(tmp_path.iterdir())
+    assert [p.name for p in written] == ["hello.txt"], written
+    assert "hi" in written[0].read_text()

@@ -128,6 +128,75 @@ def test_codex_requests_stream_validly(server: str, name: str) -> None:
             assert isinstance(json.loads(item["arguments"]), dict)
 
 
+SEARCH = {
+    "type": "tool_search",
+    "execution": "client",
+    "description": "Search for tools that are not loaded yet; the ones found can be called next.",
+    "parameters": {
+        "type": "object",
+        "properties": {"query": {"type": "string", "description": "What the tool should do."}},
+        "required": ["query"],
+        "additionalProperties": False,
+    },
+}
+
+
+def test_a_client_tool_search_then_the_tool_it_loaded(server: str) -> None:
+    """Only `tool_search` offered and a call required: the model searches. The client's
+    `tool_search_output` loads get_weather, which the model then calls (named: left to
+    choose, the 0.5B model searches again)."""
+    body = {
+        "model": "default",
+        "input": QUESTION,
+        "tools": [SEARCH, {**WEATHER, "defer_loading": True}],
+        "tool_choice": "required",
+        "max_output_tokens": 40,
+        "temperature": 0,
+    }
+    first = stream(server, body)
+    (search,) = first.final["output"]
+    assert search["type"] == "tool_search_call" and search["status"] == "completed"
+    assert search["execution"] == "client" and isinstance(search["arguments"]["query"], str)
+    loaded = {
+        "type": "tool_search_output",
+        "call_id": search["call_id"],
+        "execution": "client",
+        "status": "completed",
+        "tools": [WEATHER],
+    }
+    again = {"role": "user", "content": QUESTION}
+    chosen = {"type": "function", "name": "get_weather"}  # named, though only loaded
+    second = stream(server, {**body, "input": [again, search, loaded], "tool_choice": chosen})
+    call = _the_call(second)
+    assert call["name"] == "get_weather"
+    jsonschema.validate(json.loads(call["arguments"]), WEATHER_SCHEMA)
+
+
+def test_this_servers_tool_search_finds_the_deferred_tool_the_question_needs(server: str) -> None:
+    calendar = {
+        "type": "function",
+        "name": "list_events",
+        "description": "The events in the user's calendar on a day.",
+        "parameters": {"type": "object", "properties": {"day": {"type": "string"}}},
+        "defer_loading": True,
+    }
+    body = {
+        "model": "default",
+        "input": QUESTION,
+        "tools": [calendar, {**WEATHER, "defer_loading": True}, {"type": "tool_search"}],
+        "tool_choice": "required",
+        "max_output_tokens": 60,
+        "temperature": 0,
+    }
+    report = stream(server, body)
+    search, found, *after = report.final["output"]
+    assert search["type"] == "tool_search_call" and search["execution"] == "server"
+    assert isinstance(search["arguments"]["query"], str)
+    assert found["type"] == "tool_search_output"
+    assert "get_weather" in [t["name"] for t in found["tools"]], (search, found)
+    assert after, "the model goes on with what the search loaded"
+
+
 PATCH_LINE = re.compile(
     r"^(\*\*\* (Begin Patch|End Patch|Add File: .+|Delete File: .+|"
     r"Update File: .+|Move to: .+|End of File)|[+\- ].*|@@.*)$"
