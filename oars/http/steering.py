@@ -7,8 +7,8 @@ ends `incomplete` (reason `steered`), or ends as it would have. Then:
 * it ended `completed` or `incomplete` with nothing for the client to answer: an automatic
   successor continues from it with the queued input, in submission order, and the response's
   settings; the successor's `response.created` commits the input;
-* it ended waiting for the client (a function or custom tool call it runs, an approval it
-  gives): `response.steer.pending` follows `response.completed` with the `required_input`
+* it ended waiting for the client (a function, custom, shell, apply_patch or client tool
+  search call it runs, an approval it gives): `response.steer.pending` follows `response.completed` with the `required_input`
   stubs, and the input is prepended to the client's continuation of it on the same lane;
 * it failed or was cancelled, or the successor could not be created: `response.steer.failed`
   returns the input.
@@ -25,7 +25,7 @@ own events, from 0.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -120,27 +120,43 @@ def unsupported(conversation_id: str | None, compacting: bool) -> SteerRefused |
 
 # ---- what a response leaves for the client to answer -------------------------------------
 
-_STUBS: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
-    "function_call": lambda item: {
-        "type": "function_call_output",
-        "call_id": item["call_id"],
-        "name": item["name"],
-    },
-    "custom_tool_call": lambda item: {
-        "type": "custom_tool_call_output",
-        "call_id": item["call_id"],
-    },
-    "mcp_approval_request": lambda item: {
-        "type": "mcp_approval_response",
-        "approval_request_id": item["id"],
-    },
+# a call the client runs → the type of the item that answers it
+_ANSWERS = {
+    "function_call": "function_call_output",
+    "custom_tool_call": "custom_tool_call_output",
+    "shell_call": "shell_call_output",
+    "apply_patch_call": "apply_patch_call_output",
+    "tool_search_call": "tool_search_output",
 }
 
 
 def required_input(output: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The stubs of what the client must answer before the response can go on: its calls to
     the client's tools, and its approval requests."""
-    return [_STUBS[item["type"]](item) for item in output if item["type"] in _STUBS]
+    return [_stub(item) for item in output if _for_the_client(item)]
+
+
+def _for_the_client(item: Mapping[str, Any]) -> bool:
+    """A call the client runs (a tool search only where the client runs it; none cut short),
+    or an approval request. A `local_shell_call` has no stub in the SDK's types."""
+    if item["type"] == "mcp_approval_request":
+        return True
+    return (
+        item["type"] in _ANSWERS
+        and item.get("status", "completed") == "completed"
+        and item.get("execution", "client") == "client"
+    )
+
+
+def _stub(item: Mapping[str, Any]) -> dict[str, Any]:
+    if item["type"] == "mcp_approval_request":
+        return {"type": "mcp_approval_response", "approval_request_id": item["id"]}
+    stub = {"type": _ANSWERS[item["type"]], "call_id": item["call_id"]}
+    if item["type"] == "function_call":
+        stub["name"] = item["name"]
+    if item["type"] == "tool_search_call":
+        stub["execution"] = "client"
+    return stub
 
 
 # ---- the events --------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from starlette.websockets import WebSocketDisconnect
 from oars.http import create_app
 from oars.http.common import Shared
 from oars.http.lanes import MAX_LANES, MAX_QUEUED
-from oars.http.steering import MAX_PENDING_STEERS
+from oars.http.steering import MAX_PENDING_STEERS, required_input
 from oars.sealing import Sealer
 from oars.service import ResponsesService
 from oars.settings import ServerSettings
@@ -541,3 +541,32 @@ def test_steers_queued_on_one_response_are_limited() -> None:
     ]
     assert answers[MAX_PENDING_STEERS]["error"]["code"] == "too_many_pending_steers"
     assert kinds[MAX_PENDING_STEERS + 1 :] == ["response.steer.pending"] * MAX_PENDING_STEERS
+
+
+def test_the_required_input_of_a_response_is_what_the_client_must_answer() -> None:
+    output = [
+        {"type": "message", "id": "msg_1", "status": "completed", "content": []},
+        {"type": "function_call", "call_id": "c1", "name": "f", "status": "completed"},
+        {"type": "function_call", "call_id": "c2", "name": "f", "status": "incomplete"},
+        {"type": "shell_call", "call_id": "c3", "status": "completed"},
+        {"type": "apply_patch_call", "call_id": "c4", "status": "completed"},
+        {"type": "tool_search_call", "call_id": "c5", "status": "completed", "execution": "server"},
+        {"type": "tool_search_call", "call_id": "c6", "status": "completed", "execution": "client"},
+        {"type": "mcp_approval_request", "id": "mcpr_1"},
+    ]
+    required = required_input(output)
+    assert required == [
+        {"type": "function_call_output", "call_id": "c1", "name": "f"},
+        {"type": "shell_call_output", "call_id": "c3"},
+        {"type": "apply_patch_call_output", "call_id": "c4"},
+        {"type": "tool_search_output", "call_id": "c6", "execution": "client"},
+        {"type": "mcp_approval_response", "approval_request_id": "mcpr_1"},
+    ]
+    pending = {
+        "type": "response.steer.pending",
+        "sequence_number": 0,
+        "reason": "waiting_for_required_input",
+        "required_input": required,
+        "steer": {"id": "steer_1", "previous_response_id": "resp_1"},
+    }
+    assert validate_socket([pending]).ok
