@@ -544,7 +544,7 @@ def test_steers_queued_on_one_response_are_limited() -> None:
 
 
 def test_the_required_input_of_a_response_is_what_the_client_must_answer() -> None:
-    output = [
+    output: list[dict[str, Any]] = [
         {"type": "message", "id": "msg_1", "status": "completed", "content": []},
         {"type": "function_call", "call_id": "c1", "name": "f", "status": "completed"},
         {"type": "function_call", "call_id": "c2", "name": "f", "status": "incomplete"},
