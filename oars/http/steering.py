@@ -25,7 +25,7 @@ own events, from 0.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,7 +130,7 @@ _ANSWERS = {
 }
 
 
-def required_input(output: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def required_input(output: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The stubs of what the client must answer before the response can go on: its calls to
     the client's tools, and its approval requests."""
     return [_stub(item) for item in output if _for_the_client(item)]
