@@ -23,6 +23,7 @@ class FinishReason(enum.Enum):
     LENGTH = "length"  # max_output_tokens (or the context window) reached
     TOOL_CALLS = "tool_calls"  # an upstream stopped after its calls
     CONTENT_FILTER = "content_filter"  # an upstream withheld the rest
+    STEERED = "steered"  # the client steered it: stopped at a safe boundary (never an engine's)
 
 
 @dataclass(frozen=True)

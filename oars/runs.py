@@ -107,6 +107,14 @@ class RunHandle:
         await asyncio.shield(self.task)
         return self.snapshot
 
+    def steer(self) -> bool:
+        """Ask the generation to stop at its next safe boundary (`Generation.steer`); False
+        once the response has ended."""
+        if self.done or self.cancel_requested:
+            return False
+        self.generation.steer()
+        return True
+
     def cancel(self) -> None:
         """Stop the generation; the run ends `cancelled`. Only the generation is interrupted: a
         producer not started yet sees the flag when it starts, and one that is already writing

@@ -178,6 +178,7 @@ class Generation:
         self._step: Step | None = None
         # the engine replica that served its last step (recorded, for the chain's next turn)
         self.served_by = turn.served_by
+        self.steering = False  # a client asked it to stop at the next safe boundary
 
     @property
     def id(self) -> str:
@@ -235,14 +236,26 @@ class Generation:
             if step is None:  # the output tokens are spent
                 finish = FinishReason.LENGTH
                 break
-            async for batch in step.run(self.engine, clock):
+            async for batch in step.run(self.engine, clock, self._stop_asked):
                 yield batch
             assert step.finish is not None
             usage, finish, rounds = _sum(usage, step.usage), step.finish, rounds + 1
             self.stop_sequence = step.stop_sequence
             if toolbox is None or not toolbox.goes_on(step, rounds):
                 break
+            if self.steering:  # between two steps is a safe boundary too
+                finish = FinishReason.STEERED
+                break
         yield self._release() + self.builder.finish(finish, usage)
+
+    def steer(self) -> None:
+        """Stop at the next safe boundary of the output (see `Step.at_boundary`), or between
+        two steps: the response ends `incomplete`, reason `steered`. One that ends first ends
+        as it would have."""
+        self.steering = True
+
+    def _stop_asked(self) -> bool:
+        return self.steering
 
     async def _next_step(self, rounds: int, usage: Usage, limit: int | None) -> Step | None:
         left = None if limit is None else limit - usage.output_tokens

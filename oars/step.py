@@ -11,7 +11,7 @@ the order the model wrote it.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -146,28 +146,33 @@ class Step:
         self._with_logprobs = include_logprobs
         self._held = _HeldText()
         self._pending: _Pending | None = None
+        self._produced = 0  # output tokens so far
 
     async def run(
-        self, engine: Engine, clock: TokenClock | None = None
+        self,
+        engine: Engine,
+        clock: TokenClock | None = None,
+        stop: Callable[[], bool] | None = None,
     ) -> AsyncIterator[list[Event]]:
         """The step's events, a chunk's at a time, up to its last chunk; `clock` is told of
-        the tokens as they come. An engine that ends without a last chunk is an `EngineError`."""
+        the tokens as they come. An engine that ends without a last chunk is an `EngineError`.
+        Once `stop()` is true, the step ends at the first safe boundary (`at_boundary`) with
+        `FinishReason.STEERED`: what a parser still holds back (a possible tag) is dropped."""
         finish: EngineChunk | None = None
-        async for chunk in engine.generate(self.opened):
+        chunks = engine.generate(self.opened)
+        async for chunk in chunks:
             if clock is not None:
                 clock.tokens(chunk.num_tokens)
-            events: list[Event] = []
-            for out in self._apply(chunk):
-                if not isinstance(out, ServerCall):
-                    events.append(out)
-                    continue
-                yield events  # what came before the call goes out before it runs
-                events = []
-                async for event in self._run(out):
-                    yield [event]
-            yield events
+            self._produced += chunk.num_tokens
+            async for events in self._chunk_events(chunk):
+                yield events
             if chunk.finish is not None:
                 finish = chunk
+            elif stop is not None and stop() and self.at_boundary:
+                if isinstance(chunks, AsyncGenerator):
+                    await chunks.aclose()  # its generation stops now, its slot is free
+                self._steered()
+                return
         if finish is None or finish.finish is None:
             raise EngineError("the engine stopped without finishing")
         yield self._cut_call()
@@ -178,6 +183,37 @@ class Step:
         self.stop_sequence = finish.stop_sequence
         if log.isEnabledFor(logging.DEBUG):
             log.debug("%s output: %s", self.builder.id, self.builder.output)
+
+    async def _chunk_events(self, chunk: EngineChunk) -> AsyncIterator[list[Event]]:
+        """A chunk's events; a server-side call it completes runs where the model wrote it."""
+        events: list[Event] = []
+        for out in self._apply(chunk):
+            if not isinstance(out, ServerCall):
+                events.append(out)
+                continue
+            yield events  # what came before the call goes out before it runs
+            events = []
+            async for event in self._run(out):
+                yield [event]
+        yield events
+
+    @property
+    def at_boundary(self) -> bool:
+        """The output may stop here: after text or reasoning (between tokens), before any call
+        the client runs, never inside a call."""
+        return (
+            self._pending is None
+            and self.client_calls == 0
+            and self._last_kind in (None, SegmentKind.TEXT, SegmentKind.REASONING)
+        )
+
+    def _steered(self) -> None:
+        self.finish = FinishReason.STEERED
+        self.usage = Usage(
+            input_tokens=self.opened.input_tokens,
+            output_tokens=self._produced,
+            reasoning_tokens=self._reasoning_tokens,
+        )
 
     def _run(self, call: ServerCall) -> AsyncIterator[Event]:
         assert self.tools is not None

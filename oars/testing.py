@@ -32,6 +32,10 @@ class Prepared(Opened):
     prompt_tokens: tuple[int, ...] = ()
     script: Script = ()
 
+    @property
+    def input_tokens(self) -> int:
+        return len(self.prompt_tokens)
+
 
 @dataclass
 class ScriptedEngine:

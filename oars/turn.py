@@ -64,7 +64,7 @@ class Turn:
     ) -> Turn:
         """The request with its whole context; 404 for an unknown response, conversation or
         item. `previous`: the previous response's chain when the caller holds it (a
-        WebSocket keeps its last response's); otherwise it is read from the store."""
+        WebSocket keeps its recent responses'); otherwise it is read from the store."""
         chain = Chain(())
         if request.previous_response_id is not None:
             chain = previous or await _previous(request.previous_response_id, store)

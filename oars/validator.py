@@ -1,7 +1,10 @@
 """A Responses stream validator: the official SDK's types plus invariants I1–I12.
 
-`validate_sse(text)` parses a raw SSE body; `validate_events(events)` checks decoded events. Each
-violation names the event number, the rule and a short excerpt. `same_response(a, b)` is I12: two
+`validate_sse(text)` parses a raw SSE body; `validate_events(events)` checks decoded events;
+`validate_socket(frames)` checks a WebSocket's frames: each response's events (by their lane,
+`stream_id`) as a stream, and the socket's own frames (steer events, error frames) against the
+SDK's types, the steer events numbered in their own sequence. Each violation names the event
+number, the rule and a short excerpt. `same_response(a, b)` is I12: two
 final objects equal but for ids and timestamps.
 """
 
@@ -11,7 +14,14 @@ import json
 from dataclasses import dataclass, field
 from typing import Annotated, Any, get_args, get_origin
 
-from openai.types.responses import Response, ResponseStreamEvent
+from openai.types.responses import (
+    Response,
+    ResponseSteerAcceptedEvent,
+    ResponseSteerFailedEvent,
+    ResponseSteerPendingEvent,
+    ResponseStreamEvent,
+)
+from openai.types.responses.responses_server_event import ResponseWsError
 from pydantic import BaseModel, ValidationError
 
 
@@ -498,3 +508,57 @@ def _strip_ids(value: Any) -> Any:
 def same_response(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """I12: equal but for ids and timestamps."""
     return _strip_ids(a) == _strip_ids(b)  # type: ignore[no-any-return]
+
+
+# ---- WebSocket frames -------------------------------------------------------------------
+
+_SOCKET_EVENTS: dict[str, type[BaseModel]] = {
+    "response.steer.accepted": ResponseSteerAcceptedEvent,
+    "response.steer.pending": ResponseSteerPendingEvent,
+    "response.steer.failed": ResponseSteerFailedEvent,
+}
+
+
+def validate_socket(frames: list[dict[str, Any]]) -> Report:
+    """A socket's frames as they came. A lane runs one response at a time, so the events of
+    one `stream_id` (or of none) from a `response.created` to its terminal event are one
+    stream; a response error frame (with `status`) and the steer events are the socket's."""
+    violations: list[Violation] = []
+    streams: dict[str | None, list[tuple[int, dict[str, Any]]]] = {}
+    own = 0
+    for i, frame in enumerate(frames):
+        kind = frame.get("type", "")
+        if kind in _SOCKET_EVENTS or (kind == "error" and "status" in frame):
+            violations += _socket_frame(i, frame, own)
+            own += kind != "error"
+            continue
+        lane = frame.get("stream_id")
+        streams.setdefault(lane, []).append((i, frame))
+        if kind in TERMINAL:
+            violations += _lane_stream(streams.pop(lane))
+    for stream in streams.values():
+        violations += _lane_stream(stream)
+    return Report(list(frames), violations)
+
+
+def _socket_frame(i: int, frame: dict[str, Any], own: int) -> list[Violation]:
+    kind = frame["type"]
+    try:
+        _SOCKET_EVENTS.get(kind, ResponseWsError).model_validate(frame)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        return [Violation(i, "schema", f"{kind}: {err['loc']} {err['msg']}", _excerpt(frame))]
+    if kind != "error" and frame.get("sequence_number") != own:
+        message = f"socket event sequence_number {frame.get('sequence_number')} != {own}"
+        return [Violation(i, "I1", message, _excerpt(frame))]
+    return []
+
+
+def _lane_stream(stream: list[tuple[int, dict[str, Any]]]) -> list[Violation]:
+    """One response's events, checked as a stream; violations numbered as frames."""
+    at = [i for i, _ in stream]
+    report = validate_events([event for _, event in stream])
+    return [
+        Violation(at[v.index] if v.index >= 0 else at[-1], v.rule, v.message, v.excerpt)
+        for v in report.violations
+    ]

@@ -39,6 +39,12 @@ class Opened:
         """The replica that runs it, for an engine with several ('' otherwise)."""
         return ""
 
+    @property
+    def input_tokens(self) -> int:
+        """The prompt's length in tokens, where the engine knows it before generating (0: not
+        known; the last chunk's usage counts it)."""
+        return 0
+
 
 class Engine(Protocol):
     info: ModelInfo

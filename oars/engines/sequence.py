@@ -38,6 +38,10 @@ class Prepared(Opened):
     grammar: str | None = None  # the plan's constraint, compiled
     place: Place | None = None  # its place among the accepted requests
 
+    @property
+    def input_tokens(self) -> int:
+        return len(self.prompt_tokens)
+
 
 class Model(Protocol):
     """What a sequence asks of the engine that runs it: what each token spells and is, the

@@ -31,6 +31,9 @@ A response in the background starts `queued` (`response.created`, `response.queu
 `in_progress` when its generation starts. Cancelled, the open item closes `incomplete` and the
 stream ends with `response.cancelled` (status `cancelled`): the SDKs define no event for it, and a
 reader of a resumed stream needs a last event to know the response will not go on.
+Steered (a WebSocket client's `response.steer`), the generation stops at a safe boundary and
+finishes with `FinishReason.STEERED`: the open item closes `incomplete` and the response ends
+`response.incomplete` with `incomplete_details.reason` `steered`, as any early stop does.
 """
 
 from __future__ import annotations
@@ -100,6 +103,7 @@ _TYPED_ITEMS = frozenset(item_type for item_type, _ in _TYPED_CALLS.values())
 _INCOMPLETE_REASONS = {
     FinishReason.LENGTH: "max_output_tokens",
     FinishReason.CONTENT_FILTER: "content_filter",
+    FinishReason.STEERED: "steered",
 }
 
 

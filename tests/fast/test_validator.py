@@ -13,7 +13,7 @@ from oars.http.sse import encode
 from oars.normalize import normalize
 from oars.service import ResponsesService
 from oars.testing import ScriptedEngine, run_to_end
-from oars.validator import validate_events, validate_sse
+from oars.validator import validate_events, validate_socket, validate_sse
 
 
 def _good() -> list[Event]:
@@ -145,6 +145,43 @@ def test_a_call_changed_in_output_item_done_breaks_i7() -> None:
         item["arguments"] = item["arguments"].replace("Paris", "Rome")
     report = validate_events(events)
     assert "I7" in {v.rule for v in report.violations}, report.text()
+
+
+# ---- a WebSocket's frames ---------------------------------------------------------------------
+
+
+def _on(lane: str, events: list[Event]) -> list[Event]:
+    return [{**event, "stream_id": lane} for event in events]
+
+
+def _interleaved() -> list[Event]:
+    a, b = _on("a", _good()), _on("b", _good())
+    accepted = {
+        "type": "response.steer.accepted",
+        "sequence_number": 0,
+        "steer": {"id": "steer_1", "previous_response_id": a[0]["response"]["id"]},
+        "stream_id": "a",
+    }
+    error = {
+        "type": "error",
+        "status": 400,
+        "error": {"type": "invalid_request_error", "code": None, "message": "x", "param": None},
+    }
+    return [*[e for pair in zip(a, b, strict=False) for e in pair], accepted, error]
+
+
+def test_a_sockets_interleaved_lanes_and_its_own_frames_pass() -> None:
+    report = validate_socket(_interleaved())
+    assert report.ok, report.text()
+
+
+def test_a_socket_names_the_frame_that_breaks_a_rule() -> None:
+    frames = _interleaved()
+    frames[-2] = {**frames[-2], "sequence_number": 3}  # the socket's first steer event
+    del frames[5]["stream_id"]  # lane b's third event, on no lane
+    report = validate_socket(frames)
+    assert {(v.index, v.rule) for v in report.violations} >= {(len(frames) - 2, "I1")}
+    assert any(v.rule == "I2" for v in report.violations), report.text()
 
 
 def _shell_events() -> list[Event]:

@@ -15,12 +15,14 @@ from starlette.websockets import WebSocketDisconnect
 
 from oars.http import create_app
 from oars.http.common import Shared
+from oars.http.lanes import MAX_LANES, MAX_QUEUED
+from oars.http.steering import MAX_PENDING_STEERS, required_input
 from oars.sealing import Sealer
 from oars.service import ResponsesService
 from oars.settings import ServerSettings
 from oars.store import SqlStore
 from oars.testing import ScriptedEngine
-from oars.validator import validate_events
+from oars.validator import validate_events, validate_socket
 from tests.conftest import normalize_ids
 
 GOLDEN = Path(__file__).parent.parent / "fixtures" / "golden"
@@ -264,3 +266,307 @@ def test_sockets_and_their_requests_are_counted() -> None:
     assert "oars_websockets_total 1.0" in text
     assert 'oars_websocket_requests_total{outcome="response"} 1.0' in text
     assert 'oars_websocket_requests_total{outcome="error"} 1.0' in text
+
+
+# ---- lanes ------------------------------------------------------------------------------------
+
+
+class _Session:
+    """A socket's frames as they come; `valid()` puts all of them through the validator."""
+
+    def __init__(self, ws: Any) -> None:
+        self.ws = ws
+        self.frames: Frames = []
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.ws.send_text(json.dumps(message))
+
+    def steer(self, previous: str, value: Any = "Answer in French.") -> None:
+        self.send({"type": "response.steer", "previous_response_id": previous, "input": value})
+
+    def read(self, done: Any) -> Frames:
+        """The frames from now until `done(those frames)`."""
+        new: Frames = []
+        while not done(new):
+            new.append(json.loads(self.ws.receive_text()))
+        self.frames += new
+        return new
+
+    def started(self, body: dict[str, Any], delta: bool = True) -> str:
+        """Send a create; read up to its first text delta (or its `response.created`)."""
+        self.send(body)
+        kind = "response.output_text.delta" if delta else "response.created"
+        return str(self.read(lambda f: bool(f) and f[-1]["type"] == kind)[0]["response"]["id"])
+
+    def valid(self) -> Frames:
+        report = validate_socket(self.frames)
+        assert report.ok, report.text()
+        return self.frames
+
+
+def _ends(count: int) -> Any:
+    return lambda frames: sum(f["type"] in TERMINAL[:3] for f in frames) >= count
+
+
+def _last_is(kind: str) -> Any:
+    return lambda frames: bool(frames) and frames[-1]["type"] == kind
+
+
+def _of(frames: Frames, lane: str | None) -> Frames:
+    return [f for f in frames if f.get("stream_id") == lane]
+
+
+@pytest.fixture
+def session(socket: Any) -> _Session:
+    return _Session(socket)
+
+
+def _slow_session(engine: ScriptedEngine) -> Iterator[tuple[ScriptedEngine, _Session]]:
+    with _client(engine) as client, client.websocket_connect("/v1/responses") as ws:
+        yield engine, _Session(ws)
+
+
+@pytest.fixture
+def slow() -> Iterator[tuple[ScriptedEngine, _Session]]:
+    """A socket on an engine that writes 300 tokens, one each 10 ms, for a first turn (two
+    words to a continuation)."""
+    engine = ScriptedEngine(
+        lambda request: ["word "] * 300 if len(request.messages) == 1 else ["Bien", "."],
+        delay=0.01,
+    )
+    yield from _slow_session(engine)
+
+
+def test_two_lanes_run_at_once_each_in_order() -> None:
+    engine = ScriptedEngine(["a", "b", "c", "d", "e", "f"], delay=0.02)
+    with _client(engine) as client, client.websocket_connect("/v1/responses") as ws:
+        session = _Session(ws)
+        for lane in ("one", "two"):
+            session.send(_create(input=f"lane {lane}", stream_id=lane))
+        session.read(_ends(2))
+        frames = session.valid()
+    lanes = [f["stream_id"] for f in frames]
+    first_end = min(max(i for i, lane in enumerate(lanes) if lane == x) for x in ("one", "two"))
+    assert set(lanes[:first_end]) == {"one", "two"}  # interleaved: both ran before either ended
+    for lane in ("one", "two"):
+        events = _of(frames, lane)
+        assert [e["sequence_number"] for e in events] == list(range(len(events)))
+        assert events[-1]["type"] == "response.completed"
+
+
+def test_a_lane_runs_its_requests_first_in_first_out(session: _Session) -> None:
+    for text in ("first", "second"):
+        session.send(_create(input=text, stream_id="l"))
+    session.read(_ends(2))
+    kinds = [f["type"] for f in session.valid()]
+    second = [i for i, k in enumerate(kinds) if k == "response.created"][1]
+    assert second > kinds.index("response.completed")
+
+
+def test_a_lane_forks_from_a_response_made_on_another_lane(
+    session: _Session, engine: ScriptedEngine
+) -> None:
+    root = session.started(_create(input="Remember: cobalt.", store=False, stream_id="a"))
+    session.read(_ends(1))
+    for lane, text in (("a", "On a."), ("b", "On b.")):
+        session.send(_create(input=text, store=False, stream_id=lane, previous_response_id=root))
+    session.read(_ends(2))
+    ended = [f["response"] for f in session.valid() if f["type"] == "response.completed"]
+    assert [r["previous_response_id"] for r in ended[1:]] == [root, root]
+    prompts = {r.messages[-1].content: [m.content for m in r.messages] for r in engine.requests}
+    assert prompts["On a."] == ["Remember: cobalt.", "Hello world!", "On a."]
+    assert prompts["On b."] == ["Remember: cobalt.", "Hello world!", "On b."]
+    # root is no longer lane a's last: lane a may not go back to it, lane c may fork from it
+    session.send(_create(input="x", store=False, stream_id="a", previous_response_id=root))
+    [error] = session.read(lambda f: len(f) == 1)
+    assert error["error"]["code"] == "previous_response_not_found"
+    session.send(_create(input="On c.", store=False, stream_id="c", previous_response_id=root))
+    assert session.read(_ends(1))[-1]["response"]["status"] == "completed"
+    session.valid()
+
+
+def test_a_lanes_error_frame_carries_its_stream_id(session: _Session) -> None:
+    session.send(_create(stream_id="s1"))
+    session.send(_create(input="x", stream_id=""))
+    [error, bad] = session.read(lambda f: len(f) == 2)
+    assert (error["type"], error["status"], error["stream_id"]) == ("error", 400, "s1")
+    assert error["error"]["param"] == "input"
+    assert bad["error"]["param"] == "stream_id" and "stream_id" not in bad
+    session.valid()
+
+
+def test_lanes_and_queued_requests_are_limited(slow: tuple[ScriptedEngine, _Session]) -> None:
+    _, session = slow
+    for i in range(MAX_LANES):
+        session.send(_create(input="x", stream_id=f"l{i}"))
+    session.send(_create(input="x", stream_id="one too many"))
+    for _ in range(MAX_QUEUED + 1):
+        session.send(_create(input="x", stream_id="l0"))
+    frames = session.read(lambda f: sum(x["type"] == "error" for x in f) == 2)
+    refused = [f for f in frames if f["type"] == "error"]
+    assert [(f["status"], f["error"]["code"], f["stream_id"]) for f in refused] == [
+        (429, "too_many_lanes", "one too many"),
+        (429, "too_many_queued_requests", "l0"),
+    ]
+
+
+# ---- steering ---------------------------------------------------------------------------------
+
+
+def test_a_steered_response_ends_steered_and_a_successor_continues_with_the_input(
+    slow: tuple[ScriptedEngine, _Session],
+) -> None:
+    engine, session = slow
+    first = session.started(_create(input="Write a lot.", store=False, stream_id="s"))
+    session.steer(first)
+    session.read(_ends(2))
+    frames = session.valid()
+    [accepted] = [f for f in frames if f["type"] == "response.steer.accepted"]
+    assert accepted["steer"]["previous_response_id"] == first
+    assert (accepted["sequence_number"], accepted["stream_id"]) == (0, "s")
+    [ended, successor] = [f["response"] for f in frames if f["type"] in TERMINAL[:3]]
+    assert ended["status"] == "incomplete"
+    assert ended["incomplete_details"] == {"reason": "steered"}
+    assert ended["output"][-1]["status"] == "incomplete"
+    assert ended["usage"]["output_tokens"] < 300
+    assert (successor["status"], successor["previous_response_id"]) == ("completed", first)
+    created = [f for f in frames if f["type"] == "response.created"]
+    assert frames.index(accepted) < frames.index(created[1])  # accepted, then committed
+    assert all(f.get("stream_id") == "s" for f in frames)
+    partial = ended["output"][-1]["content"][0]["text"]
+    prompt = [(m.role, m.content) for m in engine.requests[1].messages]
+    assert prompt == [
+        ("user", "Write a lot."),
+        ("assistant", partial),
+        ("user", "Answer in French."),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("value", "where"),
+    [
+        ("", "'input'"),
+        ([], "'input'"),
+        ([{"role": "assistant", "content": "x"}], "input[0]"),
+        ([{"type": "function_call_output", "call_id": "c", "output": "x"}], "input[0]"),
+        ([{"role": "user", "content": [{"type": "output_text", "text": "x"}]}], "input[0]"),
+    ],
+)
+def test_steering_input_must_be_user_messages(
+    slow: tuple[ScriptedEngine, _Session], value: Any, where: str
+) -> None:
+    _, session = slow
+    first = session.started(_create(input="Go."))
+    session.steer(first, value)
+    [failed] = session.read(_last_is("response.steer.failed"))[-1:]
+    assert failed["error"]["code"] == "invalid_input" and where in failed["error"]["message"]
+    assert failed["steer"]["previous_response_id"] == first and "id" not in failed["steer"]
+    assert failed["steer"]["input"] in (value, [])  # [] where the SDK's type cannot hold it
+    assert validate_socket([failed]).ok
+
+
+def test_steering_what_is_not_running_here_is_refused(session: _Session) -> None:
+    session.send(_create(input="x"))
+    done = session.read(_ends(1))[-1]["response"]["id"]
+    session.steer(done)
+    session.steer("resp_elsewhere")
+    frames = session.read(lambda f: len(f) == 2)
+    codes = [f["error"]["code"] for f in frames]
+    assert codes == ["response_already_completed", "response_not_found"]
+    session.valid()
+
+
+def test_steering_is_refused_with_automatic_compaction(
+    slow: tuple[ScriptedEngine, _Session],
+) -> None:
+    _, session = slow
+    managed = {"context_management": [{"type": "compaction", "compact_threshold": 100000}]}
+    first = session.started(_create(input="Go.", **managed))
+    session.steer(first)
+    [failed] = session.read(_last_is("response.steer.failed"))[-1:]
+    assert failed["error"]["code"] == "steering_not_supported"
+    assert failed["steer"] == {"input": "Answer in French.", "previous_response_id": first}
+    assert validate_socket([failed]).ok
+
+
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+}
+CALL = ['<tool_call>{"name": "get_weather", ', '"arguments": {"city": "Paris"}}', "</tool_call>"]
+
+
+def test_a_steer_waits_for_the_client_tool_output_then_goes_first() -> None:
+    engine = ScriptedEngine(
+        lambda request: ["Sunny."] if request.after_tool_output else CALL, delay=0.05
+    )
+    with _client(engine) as client, client.websocket_connect("/v1/responses") as ws:
+        session = _Session(ws)
+        body = _create(input="Weather?", tools=[WEATHER], stream_id="t")
+        first = session.started(body, delta=False)
+        session.steer(first, "Also say hi.")
+        frames = session.read(_last_is("response.steer.pending"))
+        assert frames[-2]["type"] == "response.completed"  # pending follows the completion
+        [call] = frames[-2]["response"]["output"]
+        pending = frames[-1]
+        assert (pending["reason"], pending["stream_id"]) == ("waiting_for_required_input", "t")
+        assert pending["required_input"] == [
+            {"type": "function_call_output", "call_id": call["call_id"], "name": "get_weather"}
+        ]
+        answer = {"type": "function_call_output", "call_id": call["call_id"], "output": "20C"}
+        session.send({**body, "input": [answer], "previous_response_id": first})
+        assert session.read(_ends(1))[-1]["response"]["status"] == "completed"
+        session.valid()
+    prompt = [(m.role, m.content) for m in engine.requests[1].messages]
+    assert prompt[2] == ("user", "Also say hi.")  # first in what is new, as the SDK says
+    assert prompt[3][0] == "tool"
+
+
+def test_steers_queued_on_one_response_are_limited() -> None:
+    """Steers sent while the model writes a call (no boundary to stop at) all wait on it."""
+    slow_call = ['<tool_call>{"name": "get_weather", "arguments": {"city": "', *["P"] * 100]
+    engine = ScriptedEngine([*slow_call, '"}}</tool_call>'], delay=0.01)
+    with _client(engine) as client, client.websocket_connect("/v1/responses") as ws:
+        session = _Session(ws)
+        first = session.started(_create(input="Go.", tools=[WEATHER]), delta=False)
+        for i in range(MAX_PENDING_STEERS + 1):
+            session.steer(first, f"steer {i}")
+        session.read(lambda f: sum(x["type"] == "response.steer.pending" for x in f) == 8)
+        answers = [f for f in session.valid() if f["type"].startswith("response.steer")]
+    kinds = [f["type"] for f in answers]
+    assert kinds[: MAX_PENDING_STEERS + 1] == [
+        *["response.steer.accepted"] * MAX_PENDING_STEERS,
+        "response.steer.failed",
+    ]
+    assert answers[MAX_PENDING_STEERS]["error"]["code"] == "too_many_pending_steers"
+    assert kinds[MAX_PENDING_STEERS + 1 :] == ["response.steer.pending"] * MAX_PENDING_STEERS
+
+
+def test_the_required_input_of_a_response_is_what_the_client_must_answer() -> None:
+    output: list[dict[str, Any]] = [
+        {"type": "message", "id": "msg_1", "status": "completed", "content": []},
+        {"type": "function_call", "call_id": "c1", "name": "f", "status": "completed"},
+        {"type": "function_call", "call_id": "c2", "name": "f", "status": "incomplete"},
+        {"type": "shell_call", "call_id": "c3", "status": "completed"},
+        {"type": "apply_patch_call", "call_id": "c4", "status": "completed"},
+        {"type": "tool_search_call", "call_id": "c5", "status": "completed", "execution": "server"},
+        {"type": "tool_search_call", "call_id": "c6", "status": "completed", "execution": "client"},
+        {"type": "mcp_approval_request", "id": "mcpr_1"},
+    ]
+    required = required_input(output)
+    assert required == [
+        {"type": "function_call_output", "call_id": "c1", "name": "f"},
+        {"type": "shell_call_output", "call_id": "c3"},
+        {"type": "apply_patch_call_output", "call_id": "c4"},
+        {"type": "tool_search_output", "call_id": "c6", "execution": "client"},
+        {"type": "mcp_approval_response", "approval_request_id": "mcpr_1"},
+    ]
+    pending = {
+        "type": "response.steer.pending",
+        "sequence_number": 0,
+        "reason": "waiting_for_required_input",
+        "required_input": required,
+        "steer": {"id": "steer_1", "previous_response_id": "resp_1"},
+    }
+    assert validate_socket([pending]).ok

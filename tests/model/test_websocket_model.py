@@ -20,7 +20,7 @@ import pytest
 from websockets.sync.client import connect
 from websockets.sync.connection import Connection
 
-from oars.validator import SNAPSHOT_FIELDS, validate_events
+from oars.validator import SNAPSHOT_FIELDS, validate_events, validate_socket
 
 pytestmark = pytest.mark.model
 
@@ -479,3 +479,103 @@ def test_fifty_turns_of_tool_calls_stay_under_the_context_and_keep_the_task(serv
     assert turn is not None
     text = turn["output"][-1]["content"][0]["text"]
     assert "ZETA_LIMIT" in text, text
+
+
+# ---- lanes and steering, with the SDK's WebSocket client ----------------------------------------
+
+
+def _frames_until(connection: Any, done: Callable[[list[dict[str, Any]]], bool]) -> list[Any]:
+    frames: list[dict[str, Any]] = []
+    while not done(frames):
+        frames.append(json.loads(connection.recv_bytes()))
+    return frames
+
+
+def _valid(frames: list[dict[str, Any]]) -> None:
+    report = validate_socket(frames)
+    assert report.ok, report.text()
+
+
+def _ended(count: int) -> Callable[[list[dict[str, Any]]], bool]:
+    return lambda frames: sum(f["type"] in TERMINAL for f in frames) >= count
+
+
+def test_two_lanes_stream_at_once_and_a_lane_forks_from_another(
+    server: str, closing: contextlib.ExitStack
+) -> None:
+    client = closing.enter_context(openai.OpenAI(base_url=server, api_key="unused", max_retries=0))
+    settings: dict[str, Any] = {"model": MODEL, "temperature": 0, "store": False}
+    with client.responses.connect() as connection:
+        connection.response.create(
+            input="Remember the code word: cobalt. Reply with OK.",
+            stream_id="memory",
+            max_output_tokens=8,
+            **settings,
+        )
+        root = _frames_until(connection, _ended(1))
+        root_id = root[-1]["response"]["id"]
+        connection.response.create(
+            input="Count from 1 to 20, separated by spaces.",
+            stream_id="count",
+            max_output_tokens=40,
+            **settings,
+        )
+        connection.response.create(
+            input="What is the code word? Reply with only the code word.",
+            stream_id="fork",
+            previous_response_id=root_id,
+            max_output_tokens=8,
+            **settings,
+        )
+        frames = _frames_until(connection, _ended(2))
+    _valid(root + frames)
+    lanes = [f["stream_id"] for f in frames]
+    assert set(lanes) == {"count", "fork"}
+    ends = {f["stream_id"]: i for i, f in enumerate(frames) if f["type"] in TERMINAL}
+    assert set(lanes[: min(ends.values())]) == {"count", "fork"}  # both lanes streamed at once
+    fork = frames[ends["fork"]]["response"]
+    assert fork["previous_response_id"] == root_id
+    assert "cobalt" in fork["output"][-1]["content"][0]["text"].lower(), fork
+
+
+def test_a_steered_response_stops_and_its_successor_takes_the_input_first(
+    server: str, closing: contextlib.ExitStack
+) -> None:
+    client = closing.enter_context(openai.OpenAI(base_url=server, api_key="unused", max_retries=0))
+    steer = "Stop counting now. Reply with exactly: steered"
+    with client.responses.connect() as connection:
+        connection.response.create(
+            model=MODEL,
+            input="Count from 1 to 100, separated by spaces.",
+            temperature=0,
+            max_output_tokens=200,
+            stream_id="main",
+        )
+        opened = _frames_until(
+            connection, lambda f: sum(x["type"] == "response.output_text.delta" for x in f) >= 3
+        )
+        first = opened[0]["response"]["id"]
+        connection.response.steer(previous_response_id=first, input=steer)
+        frames = opened + _frames_until(connection, _ended(2))
+    _valid(frames)
+    assert [f["type"] for f in frames if f["type"].startswith("response.steer")] == [
+        "response.steer.accepted"
+    ]
+    ended, successor = [f["response"] for f in frames if f["type"] in TERMINAL]
+    assert ended["status"] == "incomplete", ended
+    assert ended["incomplete_details"] == {"reason": "steered"}
+    assert ended["usage"]["output_tokens"] < 200
+    assert successor["status"] == "completed" and successor["previous_response_id"] == first
+    assert successor["usage"]["input_tokens"] > ended["usage"]["input_tokens"]
+    # what is new in the successor's context, after the stopped response's output: the steer
+    url = f"{server}/responses/{successor['id']}/input_items?order=asc"
+    texts = [_text(item) for item in httpx.get(url, timeout=30).json()["data"]]
+    partial = _text(ended["output"][-1])
+    assert texts[texts.index(partial) + 1 :] == [steer], texts
+
+
+def _text(item: dict[str, Any]) -> str:
+    content = item.get("content")
+    if isinstance(content, str):
+        return content
+    return "".join(part.get("text", "") for part in content or [])
