@@ -89,6 +89,7 @@ class Toolbox:
         self._sessions: dict[str, Session] = {}
         self.search = next((t for t in turn.tools.offered if t.kind == "server_tool_search"), None)
         self.found: list[Tool] = []  # what this response's tool searches loaded
+        self.searched = 0  # tool searches run (of `ran`)
         # a deferred MCP server's tools not found yet: by model name, the tool and its entry
         self.deferred: dict[str, tuple[Tool, Entry]] = {}
 
@@ -200,7 +201,8 @@ class Toolbox:
         offered = base.offered + servers
         may_call = self._may_call(steps)
         callable_ = servers if may_call else ()
-        first = self.ran == 0 and steps == 0
+        # a tool search is not the call `required` asks for: it holds until another call ran
+        first = self.ran == self.searched and steps == self.searched
         if base.mode == "none":
             return ToolSet(offered, offered, "none")
         if first and self.request.mcp_choice is not None:
@@ -208,7 +210,11 @@ class Toolbox:
         if base.mode == "required" and base.callable != base.offered:  # a named tool
             return ToolSet(offered, base.callable, "required")
         mode = "required" if base.mode == "required" and first else "auto"
-        own = tuple(t for t in base.callable if may_call or t.kind != "server_tool_search")
+        # after a search, a required call is one of the tools it could have loaded
+        searching = may_call and not (mode == "required" and self.searched)
+        own = tuple(t for t in base.callable if searching or t.kind != "server_tool_search")
+        if not own + callable_:
+            own = tuple(t for t in base.callable if may_call)  # nothing else to call
         return ToolSet(offered, own + callable_, mode)
 
     def _may_call(self, steps: int) -> bool:
@@ -289,6 +295,7 @@ class Toolbox:
     def _search(self, builder: ResponseBuilder, arguments: str) -> list[Event]:
         """Rank the deferred tools for the model's query; what it found is offered next."""
         self.ran += 1
+        self.searched += 1
         try:
             asked = json.loads(arguments) if arguments.strip() else {}
         except json.JSONDecodeError:

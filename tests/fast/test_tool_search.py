@@ -478,3 +478,17 @@ def test_additional_tools_items_add_tools_from_where_they_are() -> None:
             "/v1/responses", json={"model": "m", "input": [{**added, "role": "user"}, hi]}
         )
     assert by_user.status_code == 400 and by_user.json()["error"]["param"] == "input[0].role"
+
+
+def test_a_required_call_is_still_required_after_a_search() -> None:
+    """`tool_choice: required` asks for a call of a tool, which a search only finds: the step
+    after it must call one of what the search loaded."""
+    engine = ScriptedEngine(_server_searching("weather in a city"))
+    app = create_app(_service(engine))
+    body = {"model": "m", "input": "Weather?", "tools": [*DEFERRED, SERVER_SEARCH]}
+    with TestClient(app) as client:
+        client.post("/v1/responses", json={**body, "tool_choice": "required"})
+        after_search = engine.requests[-1].tools
+        assert after_search.mode == "required" and after_search.names == {"get_weather"}
+        client.post("/v1/responses", json=body)
+        assert engine.requests[-1].tools.mode == "auto"
