@@ -10,8 +10,8 @@ continues, and that rendering is what finds a malformed item.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from oars.compaction import TRIGGER
@@ -173,6 +173,7 @@ _ITEM_PREFIX = {
     "tool_search_call": "ts",
     "tool_search_output": "tso",
     "additional_tools": "at",
+    "configuration_update": "cu",
     "shell_call": "sh",
     "shell_call_output": "sho",
     "local_shell_call": "lsh",
@@ -248,6 +249,40 @@ def _text_format(body: Mapping[str, Any]) -> tuple[dict[str, Any], OutputFormat 
         f"Invalid 'text.format.type': {kind!r}; expected text, json_schema or json_object.",
         "text.format.type",
     )
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """What the `configuration_update` items of a context set, for the responses after them:
+    each setting as the latest item that has it says (None: none does)."""
+
+    reasoning_effort: str | None = None
+    output: OutputFormat | None = None
+    formatted: bool = False  # an item set `text.format` (to plain text, `output` None)
+
+
+def configuration(
+    items: Sequence[Mapping[str, Any]], params: Callable[[int], str]
+) -> Configuration:
+    """The settings `configuration_update` items carry; 400 naming a malformed one
+    (`params(i)`: where item i came from)."""
+    found = Configuration()
+    for i, item in enumerate(items):
+        if item.get("type") != "configuration_update":
+            continue
+        where = params(i)
+        try:
+            if item.get("reasoning") is not None:
+                effort = _reasoning({"reasoning": item["reasoning"]})["effort"]
+                found = replace(found, reasoning_effort=effort)
+            if item.get("text") is not None:
+                _, output = _text_format({"text": item["text"]})
+                found = replace(found, output=output, formatted=True)
+        except InvalidRequest as exc:
+            said = exc.message.replace("'reasoning", f"'{where}.reasoning")
+            said = said.replace("'text", f"'{where}.text")
+            raise _fail(said, f"{where}.{exc.param}", exc.code or "invalid_value") from exc
+    return found
 
 
 def _json_schema_format(fmt: Mapping[str, Any]) -> dict[str, Any]:

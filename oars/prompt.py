@@ -7,7 +7,8 @@ message after the instructions), and the MCP items: an `mcp_call` is the call an
 declined approval is the call and the refusal. A tool search's call and output are a call and
 its result (the names of the tools it loaded); so are the calls of the shell and apply_patch
 tool types and their outputs (stdout, stderr and how each command ended; the patch's outcome). Listings, unanswered approval requests and
-`additional_tools` say nothing to the model (the tools those load are offered, `oars.tools`).
+`additional_tools` say nothing to the model (the tools those load are offered, `oars.tools`),
+nor do `configuration_update` items (their settings apply, `oars.turn`).
 Other items of the SDK's union carry nothing a template can render.
 
 A malformed item is a 400 naming it (`input[i]…`): the turn tells which items came from this
@@ -476,6 +477,7 @@ _ITEM_HANDLERS: dict[str, Callable[[Json, str, Context], list[ChatMessage]]] = {
     "tool_search_call": _tool_search_call,
     "tool_search_output": _tool_search_output,
     "additional_tools": _additional_tools,
+    "configuration_update": lambda item, param, ctx: [],  # settings: `oars.turn` applies them
     "shell_call": _shell_call,
     "shell_call_output": _shell_output,
     "local_shell_call": _local_shell_call,

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 
 from oars.errors import InvalidRequest, NotFound
 from oars.generation import ChatMessage, EngineRequest, Route
-from oars.normalize import ResponseRequest
+from oars.normalize import Configuration, ResponseRequest, configuration
 from oars.prompt import Context, Unseal, render, validate
 from oars.store import Chain, Json, Reads
 from oars.tools import ToolSet, loaded
@@ -85,6 +85,7 @@ class Turn:
         ).rendered()  # the one render, which validates the new input's items
         _check_answers(history, new_input)
         _ = turn.tools  # 400 for a tool_choice naming a tool no tool search loaded
+        _ = turn.configured  # and for a malformed configuration_update
         return turn
 
     @classmethod
@@ -94,6 +95,7 @@ class Turn:
         items = request.input_items
         turn = cls(request, items, items, items, 0, _once(unseal)).rendered()
         _ = turn.tools  # 400 for a tool_choice naming a tool no tool search loaded
+        _ = turn.configured  # and for a malformed configuration_update
         return turn
 
     # ---- what the model sees ------------------------------------------------------------
@@ -127,6 +129,12 @@ class Turn:
         return r.generate or (alone and not named)
 
     @functools.cached_property
+    def configured(self) -> Configuration:
+        """What the `configuration_update` items of the context set (400 naming a malformed
+        one): they apply to the responses after them, over the request's own settings."""
+        return configuration(self.items, self._param)
+
+    @functools.cached_property
     def tools(self) -> ToolSet:
         """The request's tools, with those the tool searches in its context loaded."""
         return self.request.tools.loading(loaded((*self.items, *self.output), self.unseal))
@@ -145,9 +153,9 @@ class Turn:
             sampling=sampling,
             tools=self.tools if tools is None else tools,
             parallel_tool_calls=r.parallel_tool_calls,
-            output=r.output,
+            output=self.configured.output if self.configured.formatted else r.output,
             top_logprobs=r.top_logprobs,
-            reasoning_effort=r.reasoning_effort,
+            reasoning_effort=self.configured.reasoning_effort or r.reasoning_effort,
             after_tool_output=bool(self.messages) and self.messages[-1].role == "tool",
             route=Route(self.served_by, r.echo.get("prompt_cache_key") or ""),
         )

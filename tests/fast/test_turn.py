@@ -157,3 +157,40 @@ def test_an_input_with_nothing_to_respond_to_is_400_even_without_generating() ->
         assert r.status_code == 400 and error["param"] == "input", error
         assert "no message to respond to" in error["message"]
     assert answers[2].status_code == 200, answers[2].text
+
+
+def test_configuration_updates_set_the_following_responses_settings(tmp_path: Path) -> None:
+    """A `configuration_update` item sets reasoning effort and `text.format` from where it
+    stands: for its own response and those continuing it, until a later one replaces them."""
+    engine = ScriptedEngine(['{"n": 1}'])
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    update = {
+        "type": "configuration_update",
+        "reasoning": {"effort": "low"},
+        "text": {"format": {"type": "json_schema", "name": "n", "schema": schema}},
+    }
+
+    async def go() -> None:
+        app = create_app(ResponsesService(engine), SqlStore(f"sqlite:///{tmp_path}/oars.db"))
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://t/v1") as c:
+                ask = {"role": "user", "content": "A number."}
+                first = await c.post("/responses", json={"model": "m", "input": [update, ask]})
+                assert first.status_code == 200, first.text
+                asked = engine.requests[-1]
+                assert asked.reasoning_effort == "low" and asked.output is not None
+                assert asked.output.schema == schema
+                plain = {"type": "configuration_update", "text": {"format": {"type": "text"}}}
+                body = {"model": "m", "previous_response_id": first.json()["id"]}
+                await c.post("/responses", json={**body, "input": "Another."})
+                assert engine.requests[-1].output is not None  # still in effect
+                await c.post("/responses", json={**body, "input": [plain, ask]})
+                after = engine.requests[-1]
+                assert after.output is None and after.reasoning_effort == "low"
+                bad = {"type": "configuration_update", "reasoning": {"effort": "lots"}}
+                r = await c.post("/responses", json={"model": "m", "input": [bad, ask]})
+                assert r.status_code == 400
+                assert r.json()["error"]["param"] == "input[0].reasoning.effort"
+
+    asyncio.run(go())
