@@ -499,6 +499,12 @@ def normalize(
     servers = parse_servers(wire_tools, mcp_servers)
     tool_choice = body.get("tool_choice", "auto")
     mcp_choice = parse_choice(tool_choice, servers)
+    if mcp_choice is not None and any(s.deferred and s.label == mcp_choice.label for s in servers):
+        raise _fail(
+            f"Invalid 'tool_choice': the MCP server {mcp_choice.label!r} is deferred; its tools "
+            "are offered once the tool search finds them, so none can be forced.",
+            "tool_choice",
+        )
     parsed = parse_tools(wire_tools)
     searching = any(t.kind in ("tool_search", "server_tool_search") for t in parsed)
     choice = "auto" if mcp_choice else tool_choice

@@ -277,7 +277,7 @@ def _tool_search_output(item: Json, param: str, ctx: Context) -> list[ChatMessag
     tools = item.get("tools")
     if not isinstance(tools, list):
         raise _fail(f"Invalid '{param}.tools': expected an array of tools.", f"{param}.tools")
-    names = [t.model_name for t in parse_tools(tools, f"{param}.tools")] + [
+    names = [t.model_name for t in parse_tools(tools, f"{param}.tools", unique=False)] + [
         mcp_tool_name(str(t.get("server_label")), str(name))
         for t in tools
         if t.get("type") == "mcp"
@@ -373,7 +373,7 @@ def _additional_tools(item: Json, param: str, ctx: Context) -> list[ChatMessage]
     tools = item.get("tools")
     if not isinstance(tools, list):
         raise _fail(f"Invalid '{param}.tools': expected an array of tools.", f"{param}.tools")
-    parse_tools(tools, f"{param}.tools")
+    parse_tools(tools, f"{param}.tools", unique=False)
     return []
 
 

@@ -14,6 +14,7 @@ them. The toolbox then offers them to the model's next step.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -92,7 +93,7 @@ def mcp_entry(label: str, description: str | None, name: str, listed: Json) -> E
 def limit_of(arguments: Json) -> int:
     """How many tools a search may load: the model's `limit`, within 1..MAX_LIMIT."""
     value = arguments.get("limit")
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return DEFAULT_LIMIT
     return max(1, min(MAX_LIMIT, int(value)))
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from oars.errors import DependencyFailed, InvalidRequest
 from oars.events import CallTarget, Event, ResponseBuilder
+from oars.events.items import arguments_object
 from oars.generation import FinishReason
 from oars.mcp.client import McpFailure, Session, protocol_error
 from oars.mcp.config import McpConfig
@@ -213,8 +214,8 @@ class Toolbox:
         # after a search, a required call is one of the tools it could have loaded
         searching = may_call and not (mode == "required" and self.searched)
         own = tuple(t for t in base.callable if searching or t.kind != "server_tool_search")
-        if not own + callable_:
-            own = tuple(t for t in base.callable if may_call)  # nothing else to call
+        if mode == "required" and not own + callable_:  # the searches found nothing to call
+            mode, own = "auto", tuple(t for t in base.callable if may_call)
         return ToolSet(offered, own + callable_, mode)
 
     def _may_call(self, steps: int) -> bool:
@@ -296,11 +297,7 @@ class Toolbox:
         """Rank the deferred tools for the model's query; what it found is offered next."""
         self.ran += 1
         self.searched += 1
-        try:
-            asked = json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError:
-            asked = {}
-        asked = asked if isinstance(asked, dict) else {}
+        asked = arguments_object(arguments)  # as its item shows them
         query = asked.get("query")
         entries = catalog(self.request.echo["tools"]) + [e for _, e in self.deferred.values()]
         found = search(entries, query if isinstance(query, str) else "", limit_of(asked))
@@ -312,7 +309,8 @@ class Toolbox:
                 for name in definition["allowed_tools"]:
                     tool, _ = self.deferred.pop(mcp_tool_name(label, name))
                     self.tools[tool.model_name] = tool
-        builder.offer({t.model_name: CallTarget(t.name, t.namespace, t.kind) for t in loaded})
+        now = self.turn.tools.loading(self.found).offered  # as the next step offers them
+        builder.offer({t.model_name: CallTarget(t.name, t.namespace, t.kind) for t in now})
         return builder.tool_search(arguments, found)
 
     def _observed(self, server: McpServer, outcome: str, seconds: float) -> None:

@@ -124,13 +124,18 @@ class ToolSet:
 
     def loading(self, loaded: Sequence[Tool]) -> ToolSet:
         """These tools with those a tool search loaded, offered after them, `tool_choice`
-        applied to them all (a tool already offered, or loaded twice, is offered once, as first
-        seen); 400 for a choice that names a tool still not there."""
-        known = {t.model_name for t in self.offered}
-        fresh = [t for t in loaded if t.model_name not in known]
+        applied to them all (a tool already offered, or loaded twice, by its namespace and
+        name, is offered once, as first seen; a loaded tool whose name another has is offered
+        as `namespace.name`); 400 for a choice that names a tool still not there."""
+        known = {(t.namespace, t.name) for t in self.offered}
+        fresh: dict[tuple[str | None, str], Tool] = {}
+        for tool in loaded:
+            if (tool.namespace, tool.name) not in known:
+                fresh.setdefault((tool.namespace, tool.name), replace(tool, offered_as=""))
         if not fresh and not self.pending:
             return self
-        tools = _disambiguated([*self.offered, *fresh])
+        plain = [replace(t, offered_as="") for t in self.offered]
+        tools = _disambiguated([*plain, *fresh.values()])
         return replace(resolve(tools, self.choice, self.servers), deferred=self.deferred)
 
 
@@ -448,9 +453,10 @@ def _wire_tool() -> Any:
     return TypeAdapter(WireTool)
 
 
-def parse_tools(tools: Sequence[Any], name: str = "tools") -> list[Tool]:
+def parse_tools(tools: Sequence[Any], name: str = "tools", *, unique: bool = True) -> list[Tool]:
     """The tools of a request (or of an item that loads tools, `name` naming where they are);
-    400 naming a malformed one or a hosted tool this server does not run."""
+    400 naming a malformed one or a hosted tool this server does not run, or (`unique`) two
+    the model would call by one name."""
     out: list[Tool] = []
     for i, raw in enumerate(tools):
         param = f"{name}[{i}]"
@@ -480,7 +486,25 @@ def parse_tools(tools: Sequence[Any], name: str = "tools") -> list[Tool]:
                 _refuse(raw["type"], param)
             if tool is not None:
                 out.append(tool)
-    return _searching(_disambiguated(out), tools)
+    tools_named = _disambiguated(out)
+    if unique:
+        _check_unique(tools_named)
+    return _searching(tools_named, tools)
+
+
+def _check_unique(tools: Sequence[Tool]) -> None:
+    """Two tools the model would call by one name (a function named `shell` beside the shell
+    tool): its calls could not say which, so the request is refused."""
+    seen: set[str] = set()
+    for tool in tools:
+        if tool.model_name in seen:
+            raise InvalidRequest(
+                f"Invalid 'tools': two tools are named {tool.model_name!r}; the model could "
+                "not say which one it calls.",
+                param="tools",
+                code="duplicate_tool_name",
+            )
+        seen.add(tool.model_name)
 
 
 def ignored_tools(tools: Sequence[Any]) -> list[str]:
@@ -496,7 +520,7 @@ def loaded(items: Sequence[Mapping[str, Any]], unseal: Unseal | None = None) -> 
 
 def load(definitions: Sequence[Mapping[str, Any]]) -> list[Tool]:
     """Tools as a tool search loads them: offered, whatever their `defer_loading` says."""
-    return [replace(t, deferred=False) for t in parse_tools(definitions)]
+    return [replace(t, deferred=False) for t in parse_tools(definitions, unique=False)]
 
 
 LOADING_ITEMS = ("tool_search_output", "additional_tools")  # items whose `tools` are loaded

@@ -158,7 +158,7 @@ class ResponseBuilder:
                 {"reason": self._incomplete_reason} if self._incomplete_reason else None
             ),
             "model": self._model,
-            "output": [item.wire() for item in self._items],
+            "output": self.output,
             "usage": usage_wire(self._usage) if self._usage else None,
         }
         snapshot.update(self._echo)
@@ -171,8 +171,9 @@ class ResponseBuilder:
 
     @property
     def output(self) -> list[dict[str, Any]]:
-        """The output items so far (the open one as it is now)."""
-        return [item.wire() for item in self._items]
+        """The output items so far (the open one as it is now; not one that is announced
+        only once whole, such as an `apply_patch_call` being written)."""
+        return [item.wire() for item in self._items if item.stage != "unannounced"]
 
     # ---- events -------------------------------------------------------------------------
 
@@ -249,7 +250,7 @@ class ResponseBuilder:
         call = self._open if self._open is not None and self._open.type in _CALL_TYPES else None
         if call is not None and reason in (FinishReason.STOP, FinishReason.TOOL_CALLS):
             return self.fail(
-                f"The model stopped inside its call to '{call.name}': the call's "
+                f"The model stopped inside its call to '{call.name or call.type}': the call's "
                 "arguments are incomplete."
             )
         incomplete = _INCOMPLETE_REASONS.get(reason)

@@ -9,6 +9,7 @@ the two forms of a token's logprob.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -131,13 +132,27 @@ def _custom_call_wire(item: Item) -> dict[str, Any]:
     return {**_call_fields(item), "input": item.streamed}
 
 
-def _written(item: Item) -> dict[str, Any]:
-    """The arguments the model wrote, once they are a whole JSON object ({} before)."""
+def arguments_object(text: str) -> dict[str, Any]:
+    """Arguments a model wrote, once they are a whole JSON object ({} before), as strict JSON
+    keeps them: a number out of a float's range, or NaN, is null."""
     try:
-        arguments = json.loads(item.arguments) if item.arguments.strip() else {}
+        arguments = (
+            json.loads(text, parse_float=_finite, parse_constant=lambda _: None)
+            if text.strip()
+            else {}
+        )
     except json.JSONDecodeError:
         return {}
     return arguments if isinstance(arguments, dict) else {}
+
+
+def _finite(text: str) -> float | None:
+    value = float(text)
+    return value if math.isfinite(value) else None
+
+
+def _written(item: Item) -> dict[str, Any]:
+    return arguments_object(item.arguments)
 
 
 def _strings(value: Any) -> list[str]:

@@ -8,8 +8,10 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
+from oars.events import CallTarget, ResponseBuilder
 from oars.generation import EngineRequest
 from oars.http import create_app
+from oars.parsing import Segment, SegmentKind
 from oars.service import ResponsesService
 from oars.testing import ScriptedEngine
 from oars.validator import validate_sse
@@ -147,3 +149,21 @@ def test_tool_choice_forces_the_shell() -> None:
     constraint = engine.plans[-1].constraint
     assert constraint is not None and constraint.triggers == ()
     assert r.json()["output"][0]["action"]["commands"] == ["ls"]
+
+
+def test_an_apply_patch_call_being_written_is_in_no_snapshot() -> None:
+    """Its operation is not known until it is whole: it shows nowhere before it is announced."""
+    builder = ResponseBuilder(
+        {}, model="m", tools={"apply_patch": CallTarget("apply_patch", None, "apply_patch")}
+    )
+    builder.start()
+    builder.add(Segment(SegmentKind.CALL_START, name="apply_patch"))
+    builder.add(Segment(SegmentKind.CALL_ARGS, '{"operation": "delete_file", "path"'))
+    assert builder.output == [] and builder.response["output"] == []
+    builder.add(Segment(SegmentKind.CALL_ARGS, ': "a.txt"}'))
+    events = builder.add(Segment(SegmentKind.CALL_END))
+    assert [e["type"] for e in events] == [
+        "response.output_item.added",
+        "response.output_item.done",
+    ]
+    assert builder.output[0]["operation"] == {"type": "delete_file", "path": "a.txt"}

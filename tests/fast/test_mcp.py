@@ -1034,3 +1034,10 @@ def test_a_deferred_servers_tool_found_earlier_in_the_chain_is_offered(
         assert "vault__open_vault" in offered and "vault__add" not in offered
 
     asyncio.run(go())
+
+
+def test_a_deferred_server_cannot_be_forced(mcp_http: McpProcess) -> None:
+    tools = [mcp(mcp_http, defer_loading=True), {"type": "tool_search"}]
+    choice = {"type": "mcp", "server_label": "vault"}
+    r = _post(ScriptedEngine(), {"input": "x", "tools": tools, "tool_choice": choice})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tool_choice", r.text

@@ -492,3 +492,68 @@ def test_a_required_call_is_still_required_after_a_search() -> None:
         assert after_search.mode == "required" and after_search.names == {"get_weather"}
         client.post("/v1/responses", json=body)
         assert engine.requests[-1].tools.mode == "auto"
+
+
+def _calling(*calls: str) -> Callable[[EngineRequest], list[str]]:
+    """Writes the n-th of `calls` after n tool results, then answers."""
+
+    def script(request: EngineRequest) -> list[str]:
+        results = sum(m.role == "tool" for m in request.messages)
+        return [calls[results]] if results < len(calls) else ["Done."]
+
+    return script
+
+
+def _tool_call(name: str, arguments: str) -> str:
+    return f'<tool_call>\n{{"name": "{name}", "arguments": {arguments}}}\n</tool_call>'
+
+
+def test_a_loaded_member_named_like_an_offered_tool_is_offered_by_its_namespace() -> None:
+    plain = {"type": "function", "name": "spawn_agent", "parameters": {"type": "object"}}
+    engine = ScriptedEngine(
+        _calling(
+            _tool_call("tool_search", '{"query": "start a sub-agent on a task"}'),
+            _tool_call("multi_agent_v1.spawn_agent", '{"task": "x"}'),
+        )
+    )
+    body = {"model": "m", "input": "Go.", "tools": [plain, DEFERRED[2], SERVER_SEARCH]}
+    with TestClient(create_app(_service(engine))) as client:
+        response = client.post("/v1/responses", json=body).json()
+    offered = [t.model_name for t in engine.requests[-1].tools.offered]
+    assert offered == ["spawn_agent", "tool_search", "multi_agent_v1.spawn_agent"]
+    call = response["output"][-1]
+    assert (call["name"], call["namespace"]) == ("spawn_agent", "multi_agent_v1")
+
+
+def test_a_limit_the_model_writes_out_of_range_is_the_default() -> None:
+    engine = ScriptedEngine(
+        _calling(_tool_call("tool_search", '{"query": "weather", "limit": 1e999}'))
+    )
+    body = {"model": "m", "input": "Go.", "tools": [*DEFERRED, SERVER_SEARCH]}
+    with TestClient(create_app(_service(engine))) as client:
+        r = client.post("/v1/responses", json=body)
+    assert r.status_code == 200 and r.json()["status"] == "completed", r.text
+    assert r.json()["output"][1]["tools"][0]["name"] == "get_weather"
+
+
+def test_a_required_call_after_a_search_that_found_nothing_may_be_an_answer() -> None:
+    engine = ScriptedEngine(_calling(_tool_call("tool_search", '{"query": "quantum"}')))
+    body = {"model": "m", "input": "Go.", "tools": [*DEFERRED, SERVER_SEARCH]}
+    with TestClient(create_app(_service(engine))) as client:
+        r = client.post("/v1/responses", json={**body, "tool_choice": "required"})
+    assert len(engine.requests) == 2 and engine.requests[-1].tools.mode == "auto"
+    assert r.json()["output"][-1]["content"][0]["text"] == "Done."
+
+
+def test_two_tools_of_one_name_are_a_400_and_loaded_twice_are_offered_once() -> None:
+    engine = ScriptedEngine(["Hi."])
+    named = {"type": "function", "name": "tool_search", "parameters": {"type": "object"}}
+    with TestClient(create_app(ResponsesService(engine))) as client:
+        for tools in ([named, SEARCH], [{**named, "name": "shell"}, {"type": "shell"}]):
+            r = client.post("/v1/responses", json={"model": "m", "input": "x", "tools": tools})
+            assert r.status_code == 400 and r.json()["error"]["code"] == "duplicate_tool_name"
+        twice = {"type": "additional_tools", "role": "developer", "tools": [CALENDAR, CALENDAR]}
+        hi = {"role": "user", "content": "hi"}
+        r = client.post("/v1/responses", json={"model": "m", "input": [twice, hi]})
+    assert r.status_code == 200, r.text
+    assert _offered(engine.requests[-1]) == ["list_events"]
