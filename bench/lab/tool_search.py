@@ -29,21 +29,11 @@ from typing import Any
 import httpx
 
 from bench.servers import Server, alternate, median, oars_serve, paired, spread
+from oars.check import WEATHER
 from oars.tool_search import Entry, search
 from oars.weights import pull
 
 Json = dict[str, Any]
-WEATHER = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "Get the current weather for a city.",
-    "parameters": {
-        "type": "object",
-        "properties": {"location": {"type": "string"}},
-        "required": ["location"],
-        "additionalProperties": False,
-    },
-}
 QUESTION = "What's the weather in Paris?"
 TOPICS = ["invoice", "calendar", "ticket", "deploy", "backup", "payroll", "inventory", "badge"]
 VERBS = ["list", "create", "delete", "update", "archive", "export", "count", "rename"]
