@@ -149,6 +149,7 @@ class Toolbox:
         """A server's tools, as the model may call them: those `allowed_tools` keeps, with a
         name a model can write and a schema of a sane size, and a model name no other tool has."""
         taken = {t.model_name for t in self.turn.tools.offered} | set(self.tools)
+        found = self._found_on(server.label) if server.deferred else set()
         for listed_tool in listed:
             name = str(listed_tool.get("name", ""))
             model_name = mcp_tool_name(server.label, name)
@@ -170,7 +171,7 @@ class Toolbox:
                 offered_as=model_name,
             )
             self.read_only[model_name] = _read_only(listed_tool)
-            if server.deferred and name not in self._found_on(server.label):
+            if server.deferred and name not in found:
                 self.deferred[model_name] = (
                     tool,
                     mcp_entry(server.label, server.description, name, listed_tool),

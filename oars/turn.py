@@ -84,19 +84,14 @@ class Turn:
             served_by=chain.served_by or conversation.served_by,
         ).rendered()  # the one render, which validates the new input's items
         _check_answers(history, new_input)
-        _ = turn.tools  # 400 for a tool_choice naming a tool no tool search loaded
-        _ = turn.configured  # and for a malformed configuration_update
-        return turn
+        return turn.settled()
 
     @classmethod
     def of(cls, request: ResponseRequest, unseal: Unseal | None = None) -> Turn:
         """A request without history (its input has no item references); 400 naming a
         malformed item."""
         items = request.input_items
-        turn = cls(request, items, items, items, 0, _once(unseal)).rendered()
-        _ = turn.tools  # 400 for a tool_choice naming a tool no tool search loaded
-        _ = turn.configured  # and for a malformed configuration_update
-        return turn
+        return cls(request, items, items, items, 0, _once(unseal)).rendered().settled()
 
     # ---- what the model sees ------------------------------------------------------------
 
@@ -127,6 +122,12 @@ class Turn:
         alone = r.previous_response_id is None and r.conversation_id is None
         named = any(item.get("type") == "item_reference" for item in r.input_items)
         return r.generate or (alone and not named)
+
+    def settled(self) -> Turn:
+        """This turn, once what its context settles is known to stand: 400 for a tool_choice
+        naming a tool no tool search loaded, or a malformed configuration_update."""
+        _ = self.tools, self.configured
+        return self
 
     @functools.cached_property
     def configured(self) -> Configuration:
