@@ -308,3 +308,27 @@ def test_with_a_json_text_format_the_model_may_still_call_a_tool(server: str) ->
     [item] = report.final["output"]
     assert item["type"] == "function_call", item  # what this model does with this question
     jsonschema.validate(json.loads(item["arguments"]), WEATHER_SCHEMA)
+
+
+def test_a_configuration_update_sets_the_answers_format(server: str) -> None:
+    """A `configuration_update` item's `text.format` holds the real model's answer to its
+    schema, though the request itself asks for plain text."""
+    schema = {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 40}},
+        "required": ["city"],
+        "additionalProperties": False,
+    }
+    update = {
+        "type": "configuration_update",
+        "text": {"format": {"type": "json_schema", "name": "city", "schema": schema}},
+    }
+    body = {
+        "model": "default",
+        "input": [update, {"role": "user", "content": "Name the capital of France."}],
+        "max_output_tokens": 40,
+        "temperature": 0,
+    }
+    report = stream(server, body)
+    (message,) = [i for i in report.final["output"] if i["type"] == "message"]
+    jsonschema.validate(json.loads(message["content"][0]["text"]), schema)
