@@ -6,20 +6,21 @@ files, commands, decisions, open steps), and seals it into a `compaction` item c
 assistant and the tools said (see `oars.compaction`); the newest user messages (within a budget)
 are returned with it, for a client that replaces its history with the result.
 
-A create request compacts its turn before generating (`compact_turn`): with
-`context_management`, when the prompt would pass the threshold or the model's context, or when
-the input ends with a `compaction_trigger` item. The run manager calls it, and the
-`/v1/responses/compact` route calls `compact`; both hand over a `Summarizer`, the few things
-compacting asks of the server (the service is one), so this module sits below the service and
-the turn stays a value that does no I/O.
+A create request compacts its turn before generating: with `context_management`, when the
+prompt would pass the threshold or the model's context, or when the input ends with a
+`compaction_trigger` item. The run manager decides it (`plan_compaction`) before the response
+starts, and the generation makes it (`Planned.make`) in the response's stream, under
+`response.compaction.compacting`. The `/v1/responses/compact` route calls `compact`. Each
+hands over a `Summarizer`, the few things compacting asks of the server (the service is one),
+so this module sits below the service and the turn stays a value that does no I/O.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from oars.compaction import COMPACTION_TYPES, TRIGGER, Sealed, fingerprint, place
@@ -85,75 +86,122 @@ class Compacted:
     usage: dict[str, Any]
 
 
-async def compact_turn(turn: Turn, summarizer: Summarizer) -> Turn:
-    """Compact a turn before it generates: all of it now (a `compaction_trigger`: the response
-    then generates nothing), or, with `context_management`, the context before the new input
-    when the prompt would pass the threshold or the model's context. The compaction leads the
-    output, and the prompt is rendered with it."""
+@dataclass(frozen=True)
+class Transcript:
+    """What a compaction summarizes, written out before the model is asked: the transcript's
+    entries, the user messages kept verbatim, and what the sealed item covers and keeps."""
+
+    sealer: Sealer
+    entries: list[str]
+    kept: list[Json]
+    covered: frozenset[str]
+    tools: tuple[Mapping[str, Any], ...]
+
+    @classmethod
+    def of(cls, sealer: Sealer | None, items: Sequence[Json]) -> Transcript:
+        """400 when this server cannot seal, or when there is nothing to compact."""
+        if sealer is None:
+            raise InvalidRequest(
+                "This server has no key to seal a compaction with.",
+                param=None,
+                code="compaction_unavailable",
+            )
+        opened = {
+            i: Sealed.open(item.get("encrypted_content"), sealer.unseal)
+            for i, item in enumerate(items)
+            if item.get("type") in COMPACTION_TYPES
+        }
+        placement = place(items, opened)
+        entries: list[str] = []
+        visible: list[Json] = []
+        for i, item in enumerate(items):
+            if i in placement.summaries:
+                entries.append(f"[Summary of what came before]\n{placement.summaries[i]}")
+            if i not in placement.hidden:
+                visible.append(item)
+                entry = _entry(item)
+                if entry:
+                    entries.append(entry)
+        if not entries:
+            raise InvalidRequest(
+                "There is nothing to compact: the input holds no messages.", param="input"
+            )
+        covered = frozenset(fingerprint(item) for item in items if not _said_by_people(item))
+        tools = tuple(loaded_definitions(items, sealer.unseal))
+        return cls(sealer, entries, _kept(visible), covered, tools)
+
+    async def write(
+        self, summarizer: Summarizer, model: str, item_id: str | None = None
+    ) -> Compacted:
+        """The model's summary of it, sealed into a compaction item (`item_id`: its id)."""
+        summary, usage = await _summarize(summarizer, model, self.entries)
+        sealed = Sealed(summary, self.covered, self.tools).seal(self.sealer.seal)
+        item = {"id": item_id or new_id("cmp"), "type": "compaction", "encrypted_content": sealed}
+        log.info(
+            "compacted %d entries into a %d-character summary, %d user messages kept",
+            len(self.entries),
+            len(summary),
+            len(self.kept),
+        )
+        return Compacted(self.kept, item, usage)
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A compaction a turn makes before it generates: decided, and its transcript written,
+    before the response starts (so a 400 comes before any byte); its summary is sampled in
+    the response's stream (`make`), the compaction then leading the output."""
+
+    turn: Turn
+    items: tuple[Json, ...]  # the turn's items, the compaction goes after them
+    transcript: Transcript
+    how: str  # "trigger" (a `compaction_trigger`) | "threshold" (`context_management`)
+    summarizer: Summarizer
+    item_id: str = field(default_factory=lambda: new_id("cmp"))
+
+    async def make(self) -> Turn:
+        """The turn with the compaction made: the prompt is rendered with it."""
+        made = await self.transcript.write(self.summarizer, self.turn.request.model, self.item_id)
+        items = (*self.items, made.item)
+        return replace(self.turn, items=items, compacted=made.item).rendered()
+
+
+async def plan_compaction(turn: Turn, summarizer: Summarizer) -> Planned | None:
+    """The compaction a turn makes before it generates, if any: all of it now (a
+    `compaction_trigger`: the response then generates nothing), or, with `context_management`,
+    the context before the new input when the prompt would pass the threshold or the model's
+    context."""
     request = turn.request
     assert request.compaction is not None
     if request.compaction.now:
-        everything = [item for item in turn.items if item.get("type") != TRIGGER]
-        made = await compact(summarizer, request.model, everything)
-        return replace(turn, items=(*everything, made.item), compacted=made.item).rendered()
+        everything = tuple(item for item in turn.items if item.get("type") != TRIGGER)
+        transcript = Transcript.of(summarizer.sealer, everything)
+        return Planned(turn, everything, transcript, "trigger", summarizer)
     tokens = await summarizer.count_tokens(request.model, turn.engine_request())
     context = summarizer.context_length(request.model)
     threshold = request.compaction.threshold or context
     reserve = request.sampling.max_output_tokens or _RESERVE
     over_context = context is not None and tokens + reserve > context
     if not over_context and (threshold is None or tokens <= threshold):
-        return turn
+        return None
     earlier = turn.items[: turn.new_at]
     if not earlier:
-        return turn  # only new input: nothing earlier to compact
-    made = await compact(summarizer, request.model, earlier)
-    log.info("context of %d tokens compacted before generating (threshold %s)", tokens, threshold)
+        return None  # only new input: nothing earlier to compact
+    log.info("context of %d tokens to compact before generating (threshold %s)", tokens, threshold)
     # the compaction hides the earlier items it covers
-    return replace(turn, items=(*turn.items, made.item), compacted=made.item).rendered()
+    transcript = Transcript.of(summarizer.sealer, earlier)
+    return Planned(turn, turn.items, transcript, "threshold", summarizer)
+
+
+async def compact_turn(turn: Turn, summarizer: Summarizer) -> Turn:
+    """The turn compacted as `plan_compaction` decides, or as it is."""
+    planned = await plan_compaction(turn, summarizer)
+    return turn if planned is None else await planned.make()
 
 
 async def compact(summarizer: Summarizer, model: str, items: Sequence[Json]) -> Compacted:
     """Summarize what `items` show the model; 400 when there is nothing to compact."""
-    sealer = summarizer.sealer
-    if sealer is None:
-        raise InvalidRequest(
-            "This server has no key to seal a compaction with.",
-            param=None,
-            code="compaction_unavailable",
-        )
-    opened = {
-        i: Sealed.open(item.get("encrypted_content"), sealer.unseal)
-        for i, item in enumerate(items)
-        if item.get("type") in COMPACTION_TYPES
-    }
-    placement = place(items, opened)
-    entries: list[str] = []
-    visible: list[Json] = []
-    for i, item in enumerate(items):
-        if i in placement.summaries:
-            entries.append(f"[Summary of what came before]\n{placement.summaries[i]}")
-        if i not in placement.hidden:
-            visible.append(item)
-            entry = _entry(item)
-            if entry:
-                entries.append(entry)
-    if not entries:
-        raise InvalidRequest(
-            "There is nothing to compact: the input holds no messages.", param="input"
-        )
-    kept = _kept(visible)
-    summary, usage = await _summarize(summarizer, model, entries)
-    covered = {fingerprint(item) for item in items if not _said_by_people(item)}
-    tools = tuple(loaded_definitions(items, sealer.unseal))
-    sealed = Sealed(summary, frozenset(covered), tools).seal(sealer.seal)
-    item = {"id": new_id("cmp"), "type": "compaction", "encrypted_content": sealed}
-    log.info(
-        "compacted %d items into a %d-character summary, %d user messages kept",
-        len(items),
-        len(summary),
-        len(kept),
-    )
-    return Compacted(kept, item, usage)
+    return await Transcript.of(summarizer.sealer, items).write(summarizer, model)
 
 
 def _said_by_people(item: Json) -> bool:

@@ -22,7 +22,6 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from functools import partial
 from typing import Any
 
-from oars.compactor import compact_turn
 from oars.errors import RateLimited, StoreUnavailable
 from oars.eventlog import EventLog
 from oars.events import Event
@@ -225,11 +224,6 @@ class Runs:
         self, request: ResponseRequest, store: Reads | None, previous: Chain | None
     ) -> RunHandle:
         turn = await Turn.open(request, store, self.service.unseal, previous)
-        if request.compaction is not None:
-            turn = await compact_turn(turn, self.service)
-            if turn.compacted is not None:
-                how = "trigger" if request.compaction.now else "threshold"
-                self.metrics.compacted(request.model, how)
         generation = await self.service.prepare(turn)
         handle = RunHandle(request, generation, turn)
         handle.clock = TokenClock(self.metrics, handle.model)
@@ -343,6 +337,9 @@ class Runs:
         snapshot, clock = handle.snapshot, handle.clock
         usage = snapshot.get("usage") or {}
         self.metrics.response_done(handle.model, snapshot["status"], usage)
+        planned = handle.generation.compaction
+        if planned is not None and handle.generation.turn.compacted is not None:
+            self.metrics.compacted(handle.request.model, planned.how)
         cached = (usage.get("input_tokens_details") or {}).get("cached_tokens")
         ttft = None if clock is None or clock.first else (clock.first_at - clock.started) * 1000
         duration = None if clock is None else (time.monotonic() - clock.started) * 1000

@@ -21,6 +21,7 @@ import logging
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import replace
 
+from oars.compactor import Planned, plan_compaction
 from oars.engines import Engine, Opened
 from oars.errors import ClientError, EngineError, NotFound, OarsError
 from oars.events import CallTarget, Event, ResponseBuilder
@@ -89,8 +90,9 @@ class ResponsesService:
         return generation
 
     async def prepare(self, turn: Turn) -> Generation:
-        """Accept a turn without asking its engine anything yet (`Generation.open` does): what
-        is wrong with the request itself raises here."""
+        """Accept a turn without asking its engine to generate yet (`Generation.open` does):
+        what is wrong with the request itself raises here. A compaction the turn makes first
+        is decided here (its prompt's tokens counted) and made in the stream."""
         request = turn.request
         engine = self.engine_for(request.model)
         builder = ResponseBuilder(
@@ -105,7 +107,10 @@ class ResponsesService:
         )
         _check_media(engine, turn.messages)
         toolbox = await self._toolbox(turn)
-        return Generation(engine, turn, builder, toolbox=toolbox)
+        compaction = None
+        if request.compaction is not None:
+            compaction = await plan_compaction(turn, self)
+        return Generation(engine, turn, builder, toolbox=toolbox, compaction=compaction)
 
     async def open(self) -> None:
         """Start what engines run beside the requests (an upstream's health checks)."""
@@ -167,9 +172,11 @@ class Generation:
         builder: ResponseBuilder,
         *,
         toolbox: ServerToolbox | None = None,
+        compaction: Planned | None = None,
     ) -> None:
         self.engine, self.turn, self.builder = engine, turn, builder
         self.toolbox = toolbox
+        self.compaction = compaction  # made in the stream, before the first step
         self.error: OarsError | None = None  # what failed it, for a response not streamed
         # the stop sequence that ended its last step, for a door that names it (Messages)
         self.stop_sequence: str | None = None
@@ -188,6 +195,8 @@ class Generation:
         """Ask the engine for the first step (an upstream: until its status line), or, with
         `generate: false`, for the input's token count. Errors here come before any byte."""
         request = self.turn.request
+        if self.compaction is not None:
+            return  # the engine is asked once the compaction is made
         if not request.generate:
             self._unread = await self.engine.count_tokens(self.turn.engine_request())
         elif self.toolbox is None:  # with MCP servers, what the model may call is known later
@@ -205,9 +214,12 @@ class Generation:
         """The events as they are made, a batch at a time (an engine chunk's): a consumer that
         stops between batches leaves no event numbered and unsent."""
         yield self.builder.start() + self.builder.progress()
-        if self.turn.compacted is not None:
-            yield self.builder.compaction(self.turn.compacted)
         try:
+            if self.compaction is not None:
+                yield self.builder.compacting(self.compaction.item_id)
+                self.turn = await self.compaction.make()
+                assert self.turn.compacted is not None
+                yield self.builder.compaction(self.turn.compacted)
             async for batch in self._run(clock):
                 yield batch
         except (EngineError, ClientError) as exc:
@@ -222,8 +234,11 @@ class Generation:
 
     async def _run(self, clock: TokenClock | None) -> AsyncGenerator[list[Event], None]:
         """The events, in batches (one an engine chunk, as the step makes them)."""
-        if self._unread is not None:
-            yield self.builder.finish(FinishReason.STOP, Usage(self._unread))
+        if not self.turn.request.generate:
+            unread = self._unread
+            if unread is None:  # counted once the compaction is made
+                unread = await self.engine.count_tokens(self.turn.engine_request())
+            yield self.builder.finish(FinishReason.STOP, Usage(unread))
             return
         toolbox = self.toolbox
         if toolbox is not None:

@@ -7,8 +7,8 @@ approval requests its history holds. What is kept as the response's input is the
 the conversation, which keeps its own items.
 
 A turn is a value: it does no I/O after it is opened. Compacting a long context first
-(`context_management`, or a `compaction_trigger` item) is `compactor.compact_turn`'s, which the
-run manager calls. `engine_request(tools)` is what an engine is asked, from the items rendered
+(`context_management`, or a `compaction_trigger` item) is the compactor's: the service decides
+it (`plan_compaction`) and the generation makes it in the response's stream. `engine_request(tools)` is what an engine is asked, from the items rendered
 once. A response that runs server-side tools is several generations: each next one is
 `then(output)`, the same turn with the response's output so far after its items.
 """

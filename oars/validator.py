@@ -210,6 +210,7 @@ class _Checker:
         self.terminal_at: int | None = None
         self.ids: set[str] = set()
         self.pending_error = False
+        self.compacting: str | None = None  # the compaction item being sampled, not added yet
 
     def fail(self, i: int, rule: str, message: str, event: Any = "") -> None:
         self.violations.append(Violation(i, rule, message, _excerpt(event) if event else ""))
@@ -302,6 +303,12 @@ class _Checker:
         if not item.get("id") or item["id"] in self.ids:
             self.fail(i, "I6", "item id empty or reused", event)
         self.ids.add(item.get("id", ""))
+        compacting, self.compacting = self.compacting, None
+        if compacting is not None and (item.get("type"), item.get("id")) != (
+            "compaction",
+            compacting,
+        ):
+            self.fail(i, "compaction", f"the compaction {compacting} was not the next item", event)
         if item.get("status") != "in_progress" and item.get("type") not in _STATELESS:
             self.fail(i, "I10", f"added item status {item.get('status')!r}", event)
         self.added.append(item)
@@ -312,6 +319,16 @@ class _Checker:
             self.fail(i, "mcp", "a tool listing is added with no tools yet", event)
         if item.get("type") == "mcp_call" and (acc or item.get("output") or item.get("error")):
             self.fail(i, "mcp", "an mcp_call is added with no arguments, output or error", event)
+
+    def compaction_compacting(self, i: int, event: dict[str, Any]) -> None:
+        """A compaction's summary is sampled: the item it names is the next one added."""
+        if self.open is not None:
+            self.fail(i, "I3", "a compaction is sampled while an item is open", event)
+        if event.get("output_index") != len(self.added):
+            self.fail(i, "I4", f"output_index {event.get('output_index')} != {len(self.added)}")
+        if self.compacting not in (None, event.get("item_id")):
+            self.fail(i, "compaction", "another compaction is sampled before the first", event)
+        self.compacting = event.get("item_id")
 
     def stage(self, i: int, event: dict[str, Any], kind: str, after: set[str], to: str) -> None:
         """One step of an MCP item's lifecycle, in its order."""
@@ -490,6 +507,7 @@ _HANDLERS = {
     "response.failed": _Checker.terminal,
     "response.cancelled": _Checker.terminal,
     "error": _Checker.error,
+    "response.compaction.compacting": _Checker.compaction_compacting,
     "response.shell_call_command.added": _Checker.command,
     "response.shell_call_command.delta": _Checker.command_delta,
     "response.shell_call_command.done": _Checker.command_done,

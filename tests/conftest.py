@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-_ID = re.compile(r"^(resp|msg|rs|fc|call|ctc|mcp|mcpl|mcpr|ts|tso|sh|lsh|apc)_[0-9a-f]{16,}$")
+_ID = re.compile(r"^(resp|msg|rs|fc|call|ctc|mcp|mcpl|mcpr|ts|tso|sh|lsh|apc|cmp)_[0-9a-f]{16,}$")
 
 
 @pytest.hookimpl(tryfirst=True)

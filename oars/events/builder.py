@@ -196,9 +196,20 @@ class ResponseBuilder:
         self.status = "in_progress"
         return [self._emit("response.in_progress", response=self.response)]
 
+    def compacting(self, item_id: str) -> list[Event]:
+        """A compaction's summary is being sampled: its item (`item_id`, at the next output
+        index) is added once it is made (`compaction`). The event says nothing of its content."""
+        events = self._close("completed")
+        events.append(
+            self._emit(
+                "response.compaction.compacting", item_id=item_id, output_index=len(self._items)
+            )
+        )
+        return events
+
     def compaction(self, item: Mapping[str, Any]) -> list[Event]:
-        """A compaction made before generating (`context_management`): the first output item,
-        added and done at once."""
+        """A compaction made before generating (`context_management`, a `compaction_trigger`):
+        the first output item, added and done at once."""
         added, events = self._add_item(
             type="compaction", id=item["id"], encrypted=item["encrypted_content"]
         )

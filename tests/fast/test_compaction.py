@@ -237,6 +237,7 @@ def test_context_management_compacts_a_long_chain_first(tmp_path: Path) -> None:
             final = report.final
             assert final is not None
             assert [i["type"] for i in final["output"]] == ["compaction", "message"]
+            assert [e["type"] for e in report.events][2] == "response.compaction.compacting"
             assert _summarizing(engine.requests[-2])
             prompt = _prompt(engine)
             assert all(LONG not in c for _, c in prompt), "the long message was compacted"
@@ -373,6 +374,56 @@ def test_a_compaction_trigger_compacts_everything_and_generates_nothing() -> Non
         ("user", "Fix the failing test in calc.py."),
         ("user", "Go on."),
     ]
+
+
+def test_the_summary_is_sampled_in_the_stream_under_compacting() -> None:
+    """The response starts before the summary is sampled: `response.compaction.compacting`
+    names the compaction item, which is added once it is made."""
+    trigger = {"type": "compaction_trigger"}
+    r = _post(
+        ScriptedEngine(["Summary."]),
+        "/responses",
+        {"model": "m", "stream": True, "input": [*HISTORY, trigger]},
+    )
+    report = validate_sse(r.text)
+    assert report.ok, report.text()
+    kinds = [e["type"] for e in report.events]
+    assert kinds[:5] == [
+        "response.created",
+        "response.in_progress",
+        "response.compaction.compacting",
+        "response.output_item.added",
+        "response.output_item.done",
+    ]
+    compacting, added = report.events[2], report.events[3]
+    assert compacting["item_id"] == added["item"]["id"] and compacting["output_index"] == 0
+
+
+def test_a_summary_that_fails_fails_the_response_in_its_stream() -> None:
+    engine = ScriptedEngine(["Sum", ScriptedEngine.FAIL])
+    trigger = {"type": "compaction_trigger"}
+    r = _post(engine, "/responses", {"model": "m", "stream": True, "input": [*HISTORY, trigger]})
+    assert r.status_code == 200
+    report = validate_sse(r.text)
+    assert report.ok, report.text()
+    assert [e["type"] for e in report.events][2:] == [
+        "response.compaction.compacting",
+        "error",
+        "response.failed",
+    ]
+    assert report.final is not None and report.final["output"] == []
+    assert "summary could not be written" in report.final["error"]["message"]
+
+
+def test_nothing_to_compact_is_400_before_the_stream() -> None:
+    trigger = {"type": "compaction_trigger"}
+    r = _post(
+        ScriptedEngine(["S."]),
+        "/responses",
+        {"model": "m", "stream": True, "input": [{"type": "reasoning", "summary": []}, trigger]},
+    )
+    assert r.status_code == 400, r.text
+    assert "nothing to compact" in r.json()["error"]["message"]
 
 
 def test_a_compaction_trigger_must_come_last() -> None:

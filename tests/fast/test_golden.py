@@ -12,6 +12,7 @@ import pytest
 from oars.families import THINK_TAGS, Harmony, Hermes, Qwen3Coder
 from oars.generation import FinishReason
 from oars.normalize import normalize
+from oars.sealing import Sealer
 from oars.service import ResponsesService
 from oars.testing import ScriptedEngine, run_to_end
 from oars.validator import validate_events
@@ -243,7 +244,27 @@ def _events(engine: ScriptedEngine, extra: dict[str, Any]) -> list[dict[str, Any
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_golden(name: str) -> None:
     engine, extra = CASES[name]
-    events = _events(engine, extra)
+    _check_golden(name, _events(engine, extra))
+
+
+def test_golden_compaction_trigger() -> None:
+    """A `compaction_trigger`: the summary is sampled under `response.compaction.compacting`,
+    then the compaction is the one output item."""
+    history = [
+        {"role": "user", "content": "Fix calc.py."},
+        {"type": "message", "role": "assistant", "content": "It subtracts; fixed."},
+    ]
+    service = ResponsesService(ScriptedEngine(["Summary."]), sealer=Sealer(b"1" * 43 + b"="))
+    body = {"model": "m", "input": [*history, {"type": "compaction_trigger"}]}
+    events = run_to_end(service, normalize(body, served_model="m"))
+    for event in events:  # sealed with a fresh nonce each time
+        for item in [event.get("item"), *event.get("response", {}).get("output", [])]:
+            if item and item.get("type") == "compaction":
+                item["encrypted_content"] = "<sealed>"
+    _check_golden("compaction_trigger", events)
+
+
+def _check_golden(name: str, events: list[dict[str, Any]]) -> None:
     report = validate_events(events)
     assert report.ok, report.text()
     got = normalize_ids(events)

@@ -213,3 +213,21 @@ def test_a_shell_calls_commands_must_stream_as_the_item_ends(
     assert validate_events(_shell_events()).ok
     report = validate_events(alter(_shell_events()))
     assert {v.rule for v in report.violations} & {"I5", "I7"}, report.text()
+
+
+def _compacting(events: list[Event], item_id: str, output_index: int = 0) -> list[Event]:
+    event = {
+        "type": "response.compaction.compacting",
+        "sequence_number": 0,
+        "item_id": item_id,
+        "output_index": output_index,
+    }
+    return _renumber([*events[:2], event, *events[2:]])
+
+
+def test_a_compaction_sampled_must_be_the_next_item_added() -> None:
+    """`response.compaction.compacting` names the item added next, at the next output index."""
+    report = validate_events(_compacting(_good(), "cmp_1"))
+    assert "compaction" in {v.rule for v in report.violations}, report.text()
+    report = validate_events(_compacting(_good(), "cmp_1", output_index=1))
+    assert "I4" in {v.rule for v in report.violations}, report.text()

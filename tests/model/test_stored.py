@@ -13,7 +13,7 @@ import pytest
 from openai import NotFoundError, OpenAI
 
 from oars.sealing import Sealer
-from oars.validator import same_response, validate_sse
+from oars.validator import same_response, validate_events, validate_sse
 from tests.model.conftest import SECRET_KEY
 
 pytestmark = pytest.mark.model
@@ -150,6 +150,39 @@ def test_openai_agents_chain_with_previous_response_id(agent_server: str) -> Non
     stored = httpx.get(f"{agent_server}/responses/{second.last_response_id}", timeout=30).json()
     assert stored["previous_response_id"] == first.last_response_id
     assert isinstance(second.final_output, str) and second.final_output.strip()
+
+
+def test_openai_sdk_streams_a_compaction_made_before_the_answer(server: str) -> None:
+    """`context_management` over a chain past its threshold: the real model's summary is
+    sampled under `response.compaction.compacting`, then it answers from the compaction."""
+    client = _client(server)
+    first = client.responses.create(
+        model=MODEL,
+        input="The deploy code word is heron. " + "Keep it in mind. " * 260,
+        max_output_tokens=4,
+        temperature=0,
+    )
+    events = list(
+        client.responses.create(
+            model=MODEL,
+            previous_response_id=first.id,
+            input="Say OK.",
+            max_output_tokens=4,
+            temperature=0,
+            context_management=[{"type": "compaction", "compact_threshold": 1000}],
+            stream=True,
+        )
+    )
+    report = validate_events([e.model_dump(exclude_unset=True) for e in events])
+    assert report.ok, report.text()
+    kinds = [e.type for e in events]
+    at = kinds.index("response.compaction.compacting")
+    assert kinds[at + 1 : at + 3] == ["response.output_item.added", "response.output_item.done"]
+    compacting, added = events[at], events[at + 1]
+    assert compacting.item_id == added.item.id and compacting.output_index == 0  # type: ignore[union-attr]
+    final = events[-1].response  # type: ignore[union-attr]
+    assert final.status == "completed"
+    assert [item.type for item in final.output] == ["compaction", "message"]
 
 
 def test_encrypted_reasoning_goes_back_into_the_prompt_and_tampering_is_a_400(server: str) -> None:
