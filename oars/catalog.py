@@ -30,6 +30,7 @@ class Served:
 
     created: int  # when the server started: its models are as old as it is
     mcp: bool  # it runs MCP tools (`--mcp-allow`)
+    web_search: bool = False  # it runs `web_search` through a backend (`--web-search`)
 
 
 def models(engines: Mapping[str, Engine]) -> dict[str, ModelInfo]:
@@ -49,9 +50,13 @@ def entry(info: ModelInfo, served: Served) -> Json:
         "reasoning": info.reasoning,
         "reasoning_efforts": list(info.reasoning_efforts),
         # The tools this server runs itself: its tool search over the request's deferred tools,
-        # and MCP when it runs any; web search, file search, code interpreter and the rest are
-        # not run here (web_search is accepted and not offered; the others are a 400).
-        "server_tools": ["tool_search", *(["mcp"] if served.mcp else [])],
+        # MCP when it runs any, web search when its operator named a backend; file search,
+        # code interpreter and the rest are not run here (they are a 400).
+        "server_tools": [
+            "tool_search",
+            *(["mcp"] if served.mcp else []),
+            *(["web_search"] if served.web_search else []),
+        ],
         # The tool types it offers the model and hands back for the client to run.
         "client_tools": list(CLIENT_TOOLS),
         "supports_search_tool": True,

@@ -296,6 +296,10 @@ def _entry(item: Json) -> str:
     if kind == "tool_search_output":
         names = [str(t.get("name")) for t in item.get("tools") or () if isinstance(t, dict)]
         return f"Tools loaded: {', '.join(names) or 'none'}"
+    if kind == "web_search_call" and isinstance(item.get("action"), dict):
+        action = item["action"]
+        what = action.get("query") or action.get("url") or ""
+        return f"Assistant used the web ({action.get('type')}): {_cut(str(what))}"
     if kind == "mcp_call":
         output = item.get("output")
         result = output if isinstance(output, str) else f"Error: {error_text(item.get('error'))}"

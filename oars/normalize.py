@@ -65,6 +65,7 @@ class ResponseRequest:
     previous_response_id: str | None = None
     conversation_id: str | None = None
     include_encrypted_reasoning: bool = False
+    include_sources: bool = False  # web searches show their sources
     tenant: str = ""  # whose the response will be (the hashed API key; '' without keys)
     compaction: Compaction | None = None  # `context_management`: compact a long context first
     generate: bool = True  # false: take the input (a client's prewarm) and generate nothing
@@ -471,12 +472,16 @@ def normalize(
     max_output_tokens: int | None = None,
     can_store: bool = False,
     mcp_servers: frozenset[str] = frozenset(),
+    web_search: bool = False,
+    web_pages: bool = True,
 ) -> ResponseRequest:
     """Validate a `POST /v1/responses` body; raise `InvalidRequest` naming the bad parameter.
 
     The server's settings: `max_output_tokens`, the most a request may ask for (and what one
     that asks none gets); `can_store`, it keeps responses (then `store` defaults to true);
-    `mcp_servers`, the labels of the MCP servers its operator configured.
+    `mcp_servers`, the labels of the MCP servers its operator configured; `web_search`, it
+    runs `web_search` through a backend its operator configured (`web_pages`: and opens
+    pages).
     """
     if not isinstance(body, dict):
         raise _fail("The request body must be a JSON object.", "body", "invalid_type")
@@ -505,7 +510,7 @@ def normalize(
             "are offered once the tool search finds them, so none can be forced.",
             "tool_choice",
         )
-    parsed = parse_tools(wire_tools)
+    parsed = parse_tools(wire_tools, web=web_search, pages=web_pages)
     searching = any(t.kind in ("tool_search", "server_tool_search") for t in parsed)
     choice = "auto" if mcp_choice else tool_choice
     tools = resolve(parsed, choice, bool(servers), searching)
@@ -565,6 +570,7 @@ def normalize(
         previous_response_id=state.previous_response_id,
         conversation_id=state.conversation_id,
         include_encrypted_reasoning=ENCRYPTED_REASONING in include,
+        include_sources="web_search_call.action.sources" in include,
         compaction=Compaction(now=True) if trigger else _compaction(body),
         generate=not trigger and _get(body, "generate", (bool,), "generate") is not False,
     )

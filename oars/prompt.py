@@ -6,8 +6,10 @@ turn), compaction items (the items they cover are left out, and their summary is
 message after the instructions), and the MCP items: an `mcp_call` is the call and its result, a
 declined approval is the call and the refusal. A tool search's call and output are a call and
 its result (the names of the tools it loaded); so are the calls of the shell and apply_patch
-tool types and their outputs (stdout, stderr and how each command ended; the patch's outcome). Listings, unanswered approval requests and
-`additional_tools` say nothing to the model (the tools those load are offered, `oars.tools`),
+tool types and their outputs (stdout, stderr and how each command ended; the patch's
+outcome). A web search is the function the model called and what it read (`Context.read`: the
+items keep no results). Listings, unanswered approval requests and `additional_tools` say
+nothing to the model (the tools those load are offered, `oars.tools`),
 nor do `configuration_update` items (their settings apply, `oars.turn`).
 Other items of the SDK's union carry nothing a template can render.
 
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from oars.compaction import COMPACTION_TYPES, SUMMARY_PREFIX, Sealed, place
@@ -47,6 +49,8 @@ class Context:
 
     unseal: Unseal | None = None
     params: Callable[[int], str] = lambda i: f"input[{i}]"
+    # what this response's web searches read, by item id (an item keeps no results)
+    read: Mapping[str, str] = field(default_factory=dict)
 
 
 def render(
@@ -399,6 +403,46 @@ def _mcp_call(item: Json, param: str, ctx: Context) -> list[ChatMessage]:
     return _call_and_result(item, label, name, arguments, result)
 
 
+_WEB_ACTIONS = {  # a web search's action → the function the model called, and its arguments
+    "search": ("web_search", ("query",)),
+    "open_page": ("open_page", ("url",)),
+    "find_in_page": ("find_in_page", ("url", "pattern")),
+}
+
+
+def _web_search_call(item: Json, param: str, ctx: Context) -> list[ChatMessage]:
+    """A web search as the model sees it: the function it called, then what it read (within
+    the response that ran it; later, the sources it found, if the item shows them). One sent
+    back without its action says nothing."""
+    action = item.get("action")
+    if action is None:
+        return []
+    if not isinstance(action, dict) or action.get("type") not in _WEB_ACTIONS:
+        raise _fail(
+            f"Invalid '{param}.action': expected a search, open_page or find_in_page action.",
+            f"{param}.action",
+        )
+    name, keys = _WEB_ACTIONS[action["type"]]
+    queries = action.get("queries")
+    if action["type"] == "search" and not action.get("query") and isinstance(queries, list):
+        action = {**action, "query": " ".join(str(q) for q in queries)}
+    arguments = json.dumps({key: str(action.get(key) or "") for key in keys})
+    result = ctx.read.get(str(item.get("id")))
+    if result is None:
+        sources = [s.get("url") for s in action.get("sources") or () if isinstance(s, dict)]
+        if item.get("status") == "failed":
+            result = "The search failed."
+        elif sources:
+            result = "Results (their text is not kept):\n" + "\n".join(map(str, sources))
+        else:
+            result = "What it read is not kept."
+    call_id = item.get("id")
+    return [
+        _call(call_id, name, arguments),
+        ChatMessage(role="tool", content=result, tool_call_id=call_id),
+    ]
+
+
 def _call_and_result(
     item: Json, label: str, name: str, arguments: str, result: str
 ) -> list[ChatMessage]:
@@ -485,6 +529,7 @@ _ITEM_HANDLERS: dict[str, Callable[[Json, str, Context], list[ChatMessage]]] = {
     "apply_patch_call": _apply_patch_call,
     "apply_patch_call_output": _apply_patch_output,
     "mcp_call": _mcp_call,
+    "web_search_call": _web_search_call,
     "mcp_list_tools": _mcp_list_tools,
     "mcp_approval_request": _mcp_check("server_label", "name", "arguments"),
     "mcp_approval_response": _approval_response,

@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from oars.engines.upstream import UpstreamConfig
     from oars.mcp.config import McpConfig
     from oars.metrics import Metrics
-    from oars.settings import McpSettings, ServerSettings, UpstreamSettings
+    from oars.settings import McpSettings, ServerSettings, UpstreamSettings, WebSettings
+    from oars.web_search import WebSearch
 
 
 def main(settings: Settings) -> int:
@@ -48,7 +49,7 @@ def _workers(settings: Settings) -> int:
             "--workers is for the gateway (--upstream): the embedded engine runs in one "
             "process, its threads over every core"
         )
-    mcp(settings.mcp)
+    web(settings.web, mcp(settings.mcp))
     print(f"oars: {server.workers} workers on http://{server.host}:{server.port}/v1", flush=True)
 
     def serve_one(worker: int, listener: socket.socket) -> None:
@@ -79,6 +80,7 @@ def serve(
     keys = api_keys(server)  # before the model loads: a refusal comes at once
     gateway = upstreams(settings.upstream)
     tools = mcp(settings.mcp)
+    search = web(settings.web, tools)
     engines = _engines(settings, gateway)
     home = oars_home()
     spec = settings.store.url or str(home / "oars.db")
@@ -88,7 +90,7 @@ def serve(
         default_temperature=server.temperature,
         sealer=Sealer.from_home(home),
         strict_models=bool(gateway),
-        toolboxes=ToolboxFactory(tools),
+        toolboxes=ToolboxFactory(tools, web=search),
     )
     metrics = Metrics()
     observe(metrics, engines)
@@ -103,7 +105,7 @@ def serve(
         flush=True,
     )
     if not worker:  # the first worker speaks for all
-        _introduce(gateway, tools, server, keys)
+        _introduce(gateway, tools, search, server, keys)
     _listen(app, server, listener)
 
 
@@ -125,7 +127,11 @@ def _engines(settings: Settings, gateway: list[UpstreamConfig]) -> dict[str, Eng
 
 
 def _introduce(
-    gateway: list[UpstreamConfig], tools: McpConfig, server: ServerSettings, keys: list[str]
+    gateway: list[UpstreamConfig],
+    tools: McpConfig,
+    search: WebSearch | None,
+    server: ServerSettings,
+    keys: list[str],
 ) -> None:
     from oars.engines.upstream import replica_name
 
@@ -134,6 +140,9 @@ def _introduce(
         print(f"oars: {config.model} from {urls}", flush=True)
     for label in sorted(tools.labels):
         print(f"oars: MCP server {label!r} for requests that name it", flush=True)
+    if search is not None:
+        pages = "opens pages" if search.fetches else "opens no pages"
+        print(f"oars: web_search through {search.backend_name}; it {pages}", flush=True)
     print(f"oars: {_access(server, keys)}", flush=True)
 
 
@@ -283,6 +292,25 @@ def mcp(settings: McpSettings) -> McpConfig:
         return McpConfig.of(servers, settings.allow, call_seconds=settings.call_seconds)
     except (ValueError, OSError) as exc:
         raise SetupError(f"--mcp-server: {exc}") from exc
+
+
+def web(settings: WebSettings, tools: McpConfig) -> WebSearch | None:
+    """The search service `--web-search` names (None without it: `web_search` is not
+    offered); its API key is read here, once."""
+    from oars.web_search import web_search
+
+    if settings.search is None:
+        return None
+    try:
+        return web_search(
+            settings.search,
+            fetch=settings.fetch,
+            allow=settings.allow,
+            timeout=settings.timeout,
+            mcp=tools,
+        )
+    except ValueError as exc:  # its message names the flag
+        raise SetupError(str(exc)) from exc
 
 
 def _redacted(spec: str) -> str:

@@ -98,6 +98,7 @@ class ResponsesService:
         builder = ResponseBuilder(
             request.echo,
             include_logprobs=request.include_logprobs,
+            include_sources=request.include_sources,
             model=request.model,
             tools={
                 t.model_name: CallTarget(t.name, t.namespace, t.kind) for t in turn.tools.callable
@@ -118,7 +119,9 @@ class ResponsesService:
             await engine.start()
 
     async def _toolbox(self, turn: Turn) -> ServerToolbox | None:
-        searches = any(t.kind == "server_tool_search" for t in turn.tools.offered)
+        searches = any(
+            t.kind in ("server_tool_search", "server_web_search") for t in turn.tools.offered
+        )
         if not turn.request.generate or not (turn.request.servers or turn.approved() or searches):
             return None
         if self.toolboxes is None:
@@ -157,9 +160,12 @@ class ResponsesService:
         return Completion("".join(texts), usage)
 
     async def aclose(self) -> None:
-        """Close what engines hold open (an upstream's pooled connections)."""
+        """Close what engines hold open (an upstream's pooled connections), and the web
+        search backend's connections."""
         for engine in self.engines.values():
             await engine.aclose()
+        if self.toolboxes is not None and self.toolboxes.web is not None:
+            await self.toolboxes.web.aclose()
 
 
 class Generation:
@@ -278,8 +284,11 @@ class Generation:
             return None
         opened, self._first = self._first, None
         if opened is None:
-            toolset = self.toolbox.toolset(rounds) if self.toolbox is not None else None
-            turn = replace(self.turn.then(self.builder.output), served_by=self.served_by)
+            toolset, turn = None, self.turn
+            if self.toolbox is not None:
+                toolset = self.toolbox.toolset(rounds)
+                turn = replace(turn, read=self.toolbox.read)
+            turn = replace(turn.then(self.builder.output), served_by=self.served_by)
             opened = await self.engine.open(turn.engine_request(toolset, left))
             self.served_by = opened.served_by or self.served_by
         self._step = Step(

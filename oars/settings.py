@@ -171,6 +171,44 @@ class McpSettings:
 
 
 @dataclass(frozen=True)
+class WebSettings:
+    """The `web_search` tool: the search service oars runs it through, and the pages the
+    model may open."""
+
+    search: str | None = setting(
+        None,
+        "--web-search",
+        "run web_search through searxng=URL, brave=URL or tavily=URL (an API of that kind; "
+        "its key in OARS_WEB_SEARCH_KEY) or mcp=LABEL[:TOOL] (a tool, default 'search', of "
+        "an --mcp-server); without it the tool is not offered",
+        env="WEB_SEARCH",
+        metavar="KIND=TARGET",
+    )
+    allow: tuple[str, ...] = setting(
+        (),
+        "--web-allow",
+        "pages under this URL prefix may be opened on loopback and private addresses "
+        "(refused otherwise); repeatable",
+        repeat=True,
+        metavar="URL_PREFIX",
+    )
+    timeout: float = setting(
+        10.0,
+        "--web-timeout",
+        "seconds a search, or opening a page, may take",
+        env="WEB_TIMEOUT",
+        parse=float,
+    )
+    fetch: bool = setting(
+        True,
+        "--web-fetch",
+        "whether web_search may open the pages it found (off: it only searches)",
+        env="WEB_FETCH",
+        words=ON_OFF,
+    )
+
+
+@dataclass(frozen=True)
 class StoreSettings:
     """Where responses are kept."""
 
@@ -306,6 +344,7 @@ class Settings:
     engine: EngineSettings = field(default_factory=EngineSettings)
     upstream: UpstreamSettings = field(default_factory=UpstreamSettings)
     mcp: McpSettings = field(default_factory=McpSettings)
+    web: WebSettings = field(default_factory=WebSettings)
     store: StoreSettings = field(default_factory=StoreSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
 

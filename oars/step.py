@@ -11,9 +11,9 @@ the order the model wrote it.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from oars.engines import Engine, Opened
 from oars.errors import EngineError
@@ -23,6 +23,9 @@ from oars.metrics import TokenClock
 from oars.parsing import Segment, SegmentKind
 from oars.tools import Tool, ToolSet
 from oars.turn import Turn
+
+if TYPE_CHECKING:
+    from oars.web_search import WebSearch
 
 log = logging.getLogger("oars.service")
 
@@ -59,6 +62,12 @@ class ServerToolbox(ServerTools, Protocol):
         """The tools the next step offers, after `steps` steps."""
         ...
 
+    @property
+    def read(self) -> Mapping[str, str]:
+        """What the web searches of the response read, by their items' ids: their results,
+        for the steps after them (the items keep no results)."""
+        ...
+
     def goes_on(self, step: Step, steps: int) -> bool:
         """Whether the model goes on in a next step after this one (the `steps`-th)."""
         ...
@@ -72,6 +81,7 @@ class ServerToolsFactory(Protocol):
     """Where a response's server-side tools come from (the operator's MCP settings)."""
 
     observe: Callable[[str, str, float], None] | None  # told (server, outcome, seconds) of a call
+    web: WebSearch | None  # the operator's web search backend (None: web_search is not run)
 
     @property
     def labels(self) -> frozenset[str]:

@@ -6,13 +6,22 @@ engine = ScriptedEngine(["Hi", " END", "more"])          # with stop=["END"]: "H
 engine = ScriptedEngine(["Hi", ScriptedEngine.FAIL])     # an engine failure mid-stream
 engine = ScriptedEngine(lambda request: ["Done."] if request.after_tool_output else [CALL])
                                                          # a script chosen per generation
+
+with search_backend() as backend:                        # a web search backend on loopback
+    web_search(f"searxng={base_url(backend)}")
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Sequence
+import contextlib
+import json
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
 
 from oars.engines.base import ModelInfo, Opened
 from oars.errors import ContextLengthExceeded, EngineError
@@ -137,3 +146,75 @@ def run_to_end(service: ResponsesService, request: ResponseRequest) -> list[Even
         return [event async for event in generation.events()]
 
     return asyncio.run(collect())
+
+
+# ---- a web search backend ---------------------------------------------------------------------
+
+DOCS = "https://docs.example.org/deploys"
+OTHER = "https://elsewhere.example.net/birds"
+PAGE = """<html><head><title>Deploy words</title></head><body>
+<nav>Home | About | Contact</nav>
+<article><h1>Deploy words</h1>
+<p>Each release of the lighthouse service has a code word chosen by the on-call engineer.</p>
+<p>The code word of the autumn release is heron-42, and it is said at the start of the deploy.</p>
+<p>The deploy itself runs from the release branch once the tests are green on every platform,
+and the on-call engineer watches the dashboards for an hour afterwards, noting anything that
+moved in the release log, so that the next engineer knows what the last release changed and
+what it did not change, and so that nobody has to ask the same questions twice.</p>
+<p>Older releases used the names of rivers, which nobody could spell.</p>
+</article></body></html>"""
+
+
+class _Backend(BaseHTTPRequestHandler):
+    """SearXNG's JSON answer for `/search`, a page under `/pages/`, a 500 for the query
+    'boom'. The queries it was asked are kept on the server."""
+
+    def do_GET(self) -> None:
+        url = urlparse(self.path)
+        if url.path == "/search":
+            query = parse_qs(url.query).get("q", [""])[0]
+            self.server.queries.append(query)  # type: ignore[attr-defined]
+            if query == "boom":
+                return self._send(500, "application/json", b"{}")
+            results = [
+                {
+                    "url": DOCS,
+                    "title": "Deploy code words",
+                    "content": "The code word of the lighthouse autumn release is heron-42.",
+                },
+                {"url": OTHER, "title": "Birds", "content": "Herons wade in <b>shallow</b> water."},
+            ]
+            return self._send(200, "application/json", json.dumps({"results": results}).encode())
+        if url.path == "/pages/deploys":
+            return self._send(200, "text/html; charset=utf-8", PAGE.encode())
+        self._send(404, "text/plain", b"not here")
+
+    def _send(self, status: int, kind: str, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def search_backend() -> Iterator[ThreadingHTTPServer]:
+    """A SearXNG-compatible web search backend on a free loopback port: SearXNG's JSON API
+    (`/search?q=…&format=json`, the part oars reads), fixed results, and the page one of them
+    points to. SearXNG itself is in no registry this project installs from."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Backend)
+    server.queries = []  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def base_url(server: ThreadingHTTPServer) -> str:
+    return f"http://127.0.0.1:{server.server_address[1]}"

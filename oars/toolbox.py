@@ -1,5 +1,6 @@
-"""The server-side tools of one response: its MCP servers' tools, listed, offered and run, and
-this server's tool search over the request's deferred tools (`oars.tool_search`).
+"""The server-side tools of one response: its MCP servers' tools, listed, offered and run, this
+server's tool search over the request's deferred tools (`oars.tool_search`), and its web
+searches (`oars.web_run`).
 
 Before the model's first step, each server the request names is listed, unless the context
 already holds its listing (`mcp_list_tools`: OpenAI reuses it too), and the calls the client
@@ -25,6 +26,7 @@ import logging
 import re
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from oars.errors import DependencyFailed, InvalidRequest
@@ -38,6 +40,8 @@ from oars.step import ServerCall, Step
 from oars.tool_search import Entry, catalog, limit_of, mcp_entry, search
 from oars.tools import ANY_OBJECT, Tool, ToolSet, load, loaded_definitions, mcp_tool_name
 from oars.turn import Turn
+from oars.web_run import WebRun
+from oars.web_search import WebSearch
 
 log = logging.getLogger("oars.mcp")
 
@@ -48,10 +52,13 @@ _MAX_TOOL = 65_536  # characters of one listed tool (its schema), offered to the
 
 
 class ToolboxFactory:
-    """The service's side: the operator's MCP settings, and where calls are counted."""
+    """The service's side: the operator's MCP settings and web search backend, and where
+    calls are counted."""
 
-    def __init__(self, config: McpConfig, observe: Observe | None = None) -> None:
-        self.config, self.observe = config, observe
+    def __init__(
+        self, config: McpConfig, observe: Observe | None = None, *, web: WebSearch | None = None
+    ) -> None:
+        self.config, self.observe, self.web = config, observe, web
 
     @property
     def labels(self) -> frozenset[str]:
@@ -72,13 +79,20 @@ class ToolboxFactory:
                     "which no 'mcp' tool in 'tools' names.",
                     param="tools",
                 )
-        return Toolbox(turn, self.config, self.observe)
+        return Toolbox(turn, self.config, self.observe, self.web)
 
 
 class Toolbox:
-    """One response's MCP servers: their sessions, listed tools, and the calls made."""
+    """One response's MCP servers: their sessions, listed tools, and the calls made; and its
+    web searches."""
 
-    def __init__(self, turn: Turn, config: McpConfig, observe: Observe | None = None) -> None:
+    def __init__(
+        self,
+        turn: Turn,
+        config: McpConfig,
+        observe: Observe | None = None,
+        web: WebSearch | None = None,
+    ) -> None:
         self.turn, self.config, self.observe = turn, config, observe
         self.request = turn.request
         self.servers = {server.label: server for server in self.request.servers}
@@ -93,6 +107,7 @@ class Toolbox:
         self.searched = 0  # tool searches run (of `ran`)
         # a deferred MCP server's tools not found yet: by model name, the tool and its entry
         self.deferred: dict[str, tuple[Tool, Entry]] = {}
+        self.web = WebRun.of(web, turn) if web is not None else None
 
     # ---- before the first step ----------------------------------------------------------
 
@@ -209,12 +224,22 @@ class Toolbox:
             return ToolSet(offered, offered, "none")
         if first and self.request.mcp_choice is not None:
             return ToolSet(offered, tuple(t for t in servers if self._chosen(t)), "required")
+        forced_web = bool(base.callable) and all(
+            t.kind == "server_web_search" for t in base.callable
+        )
         if base.mode == "required" and base.callable != base.offered:  # a named tool
-            return ToolSet(offered, base.callable, "required")
+            if not (forced_web and self.read):  # a forced web search holds until one ran
+                return ToolSet(offered, base.callable, "required")
+            base = replace(base, callable=base.offered, mode="auto")
         mode = "required" if base.mode == "required" and first else "auto"
         # after a search, a required call is one of the tools it could have loaded
         searching = may_call and not (mode == "required" and self.searched)
-        own = tuple(t for t in base.callable if searching or t.kind != "server_tool_search")
+        own = tuple(
+            t
+            for t in base.callable
+            if (searching or t.kind != "server_tool_search")
+            and (may_call or t.kind != "server_web_search")
+        )
         if mode == "required" and not own + callable_:  # the searches found nothing to call
             mode, own = "auto", tuple(t for t in base.callable if may_call)
         return ToolSet(offered, own + callable_, mode)
@@ -237,7 +262,13 @@ class Toolbox:
     def tool(self, model_name: str) -> Tool | None:
         if self.search is not None and model_name == self.search.model_name:
             return self.search
+        if self.web is not None and model_name in self.web.tools:
+            return self.web.tools[model_name]
         return self.tools.get(model_name)
+
+    @property
+    def read(self) -> Mapping[str, str]:
+        return self.web.read if self.web is not None else {}
 
     def goes_on(self, step: Step, steps: int) -> bool:
         """Another step follows this one: it ran calls, and nothing else ends the response."""
@@ -261,6 +292,11 @@ class Toolbox:
             return
         if tool.kind == "server_tool_search":
             for event in self._search(builder, call.arguments):
+                yield event
+            return
+        if tool.kind == "server_web_search" and self.web is not None:
+            self.ran += 1
+            async for event in self.web.run(builder, tool.name, call.arguments):
                 yield event
             return
         server = self.servers[str(tool.namespace)]

@@ -14,8 +14,11 @@ The `shell`, `local_shell` and `apply_patch` tool types are offered as functions
 with parameters of this server's (`CLIENT_TOOL_TYPES`); their calls come back as `shell_call`,
 `local_shell_call` and `apply_patch_call` items, which the client runs.
 
-Hosted tools this server does not run are refused with a 400 naming them, except `web_search`,
-which Codex sends with every request: it is accepted and not offered (`ignored_tools`).
+`web_search`, where the operator configured a search backend (`oars.web_search`), is offered as
+three functions this server runs (`WEB_TOOLS`: search, open a page, find in a page), whose calls
+become `web_search_call` items. Without a backend it is accepted and not offered
+(`ignored_tools`): Codex sends it with every request. Other hosted tools this server does not
+run are refused with a 400 naming them.
 """
 
 from __future__ import annotations
@@ -52,8 +55,9 @@ class Tool:
     """A tool the model may call."""
 
     name: str
-    # "function" | "custom" | "mcp" | "tool_search" | "server_tool_search", or a client tool
-    # type with a call item of its own: "shell" | "local_shell" | "apply_patch"
+    # "function" | "custom" | "mcp" | "tool_search" | "server_tool_search" |
+    # "server_web_search", or a client tool type with a call item of its own: "shell" |
+    # "local_shell" | "apply_patch"
     kind: str
     description: str
     parameters: Mapping[str, Any]
@@ -227,6 +231,45 @@ def _tool_search(raw: Mapping[str, Any], param: str) -> Tool:
     return Tool(TOOL_SEARCH, "tool_search", description or SEARCH_DESCRIPTION, params)
 
 
+def _string(description: str) -> dict[str, Any]:
+    return {"type": "string", "minLength": 1, "description": description}
+
+
+def _object(**properties: Any) -> Mapping[str, Any]:
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(properties),
+        "additionalProperties": False,
+    }
+
+
+# `web_search` as the model sees it: each function is an action of a `web_search_call`.
+WEB_SEARCH_TYPES = frozenset({"web_search", "web_search_2025_08_26"})
+_URL = _string("The page's URL (http or https).")
+WEB_TOOLS: Mapping[str, tuple[str, Mapping[str, Any]]] = {
+    "web_search": (
+        "Searches the web; returns the results' titles, URLs and snippets. To cite a result, "
+        "write a Markdown link to its URL: [title](url).",
+        _object(query=_string("What to search for.")),
+    ),
+    "open_page": ("Opens a web page and returns its text.", _object(url=_URL)),
+    "find_in_page": (
+        "Finds a phrase in a web page; returns the passages around it.",
+        _object(url=_URL, pattern=_string("The phrase to find.")),
+    ),
+}
+
+
+def _web_tools(raw: Mapping[str, Any], pages: bool) -> list[Tool]:
+    """A `web_search` tool this server runs: the search, and, unless it may not reach the web
+    beyond the search (`external_web_access: false`, or a server that opens no `pages`),
+    opening a page and finding in one."""
+    opens = pages and raw.get("external_web_access") is not False
+    names = list(WEB_TOOLS) if opens else ["web_search"]
+    return [Tool(name, "server_web_search", *WEB_TOOLS[name]) for name in names]
+
+
 # The client tool types with a call item of their own, offered as functions the model calls by
 # these names and parameters; `oars.events.items` turns the call into the item.
 def _lines(key: str, description: str, **more: Any) -> Mapping[str, Any]:
@@ -343,7 +386,7 @@ _NAMED = 30  # deferred tools a server search's description names
 # Hosted tools of OpenAI's this server does not run: a request that sends one is refused, so that
 # no model answers as if the tool did not exist. `web_search` is sent by Codex with every request:
 # it is taken and not offered (`ignored_tools`), and a `tool_choice` forcing it is refused.
-IGNORED = frozenset({"web_search", "web_search_2025_08_26"})
+IGNORED = frozenset({"web_search", "web_search_2025_08_26"})  # without a backend
 REFUSED = {
     "file_search": "file search",
     "web_search_preview": "web search",
@@ -453,10 +496,18 @@ def _wire_tool() -> Any:
     return TypeAdapter(WireTool)
 
 
-def parse_tools(tools: Sequence[Any], name: str = "tools", *, unique: bool = True) -> list[Tool]:
+def parse_tools(
+    tools: Sequence[Any],
+    name: str = "tools",
+    *,
+    unique: bool = True,
+    web: bool = False,
+    pages: bool = True,
+) -> list[Tool]:
     """The tools of a request (or of an item that loads tools, `name` naming where they are);
     400 naming a malformed one or a hosted tool this server does not run, or (`unique`) two
-    the model would call by one name."""
+    the model would call by one name. `web`: this server runs `web_search` (`pages`: and
+    opens pages)."""
     out: list[Tool] = []
     for i, raw in enumerate(tools):
         param = f"{name}[{i}]"
@@ -479,6 +530,9 @@ def parse_tools(tools: Sequence[Any], name: str = "tools", *, unique: bool = Tru
         elif raw["type"] in CLIENT_TOOL_TYPES:
             _check_hosted(raw, param)
             out.append(_client_tool(raw, param))
+        elif raw["type"] in WEB_SEARCH_TYPES and web:
+            _check_hosted(raw, param)
+            out.extend(_web_tools(raw, pages))
         else:
             tool = _tool(raw, param, None)
             if raw["type"] not in ("function", "custom"):
@@ -508,7 +562,8 @@ def _check_unique(tools: Sequence[Tool]) -> None:
 
 
 def ignored_tools(tools: Sequence[Any]) -> list[str]:
-    """The types of the tools a request sends that are taken and not offered."""
+    """The types of the tools a request sends that are taken and not offered (on a server
+    without a web search backend)."""
     return [t["type"] for t in tools if isinstance(t, dict) and t.get("type") in IGNORED]
 
 
@@ -651,10 +706,14 @@ def _resolve(tools: list[Tool], choice: Any, servers: bool) -> ToolSet:
         if mode not in ("auto", "required"):
             raise InvalidRequest("Invalid 'tool_choice.mode'.", param="tool_choice.mode")
         return ToolSet(offered, tuple(allowed), mode)
+    if kind in WEB_SEARCH_TYPES:
+        search = next((t for t in tools if t.kind == "server_web_search"), None)
+        if search is not None:
+            return ToolSet(offered, (search,), "required")
     if isinstance(kind, str) and kind.startswith("web_search"):
         raise InvalidRequest(
-            f"tool_choice {kind!r} cannot be forced: this server runs no web search, so it "
-            "offers the model none.",
+            f"tool_choice {kind!r} cannot be forced: this server runs no web search (its "
+            "operator sets one with --web-search), so it offers the model none.",
             param="tool_choice",
             code="unsupported_value",
         )

@@ -16,7 +16,7 @@ once. A response that runs server-side tools is several generations: each next o
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from oars.errors import InvalidRequest, NotFound
@@ -53,6 +53,8 @@ class Turn:
     output: tuple[Json, ...] = ()  # this response's output, for the generation after it
     messages: tuple[ChatMessage, ...] = ()  # `items` and `output` rendered
     served_by: str = ""  # the engine replica that served what it continues ('' : none known)
+    # what this response's web searches read, by item id (for the steps after them)
+    read: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     @classmethod
     async def open(
@@ -98,7 +100,7 @@ class Turn:
     def rendered(self) -> Turn:
         """This turn with its messages: the render is the items' validation (400 naming a
         malformed one, or an input that gives the model nothing to respond to)."""
-        context = Context(self.unseal, params=self._param)
+        context = Context(self.unseal, params=self._param, read=self.read)
         messages = render((*self.items, *self.output), self.request.instructions, context)
         if not messages and self._needs_a_message:
             raise InvalidRequest(

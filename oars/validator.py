@@ -46,6 +46,10 @@ _TERMINAL_STATUS = dict(
     zip(TERMINAL, ("completed", "incomplete", "failed", "cancelled"), strict=True)
 )
 _EXTENSIONS = frozenset({"response.cancelled"})
+# `tool_choice: {"type": "web_search"}` is what the Agents SDK sends to force a web search, and
+# a response echoes it; the openai SDK's `ToolChoiceTypes` names only the preview types, so a
+# snapshot is checked with that choice read as the `required` it means.
+_CHOICE_EXTENSIONS = ("web_search", "web_search_2025_08_26")
 
 # Open Responses makes these required (null allowed) on every snapshot.
 SNAPSHOT_FIELDS = [
@@ -115,12 +119,18 @@ _STAGES = {
     "response.mcp_call_arguments.done": ("mcp_call", {"running", "arguments"}, "arguments_done"),
     "response.mcp_call.completed": ("mcp_call", {"arguments_done"}, "completed"),
     "response.mcp_call.failed": ("mcp_call", {"arguments_done"}, "failed"),
+    "response.web_search_call.in_progress": ("web_search_call", {"added"}, "running"),
+    "response.web_search_call.searching": ("web_search_call", {"running"}, "searching"),
+    "response.web_search_call.completed": ("web_search_call", {"searching"}, "completed"),
 }
 # item type → (the stages its done may follow, the status each ends with)
-_ENDS: dict[str, dict[str, str | None]] = {
-    "mcp_list_tools": {"completed": None, "failed": None},
-    "mcp_call": {"completed": "completed", "failed": "failed"},
+_ENDS: dict[str, dict[str, tuple[str, ...]]] = {
+    "mcp_list_tools": {"completed": (), "failed": ()},
+    "mcp_call": {"completed": ("completed",), "failed": ("failed",)},
+    # a search the backend failed is done `failed` from `searching`; one cut, `incomplete`
+    "web_search_call": {"completed": ("completed",), "searching": ("failed", "incomplete")},
 }
+_RULE = {"mcp_call": "mcp", "web_search_call": "web_search"}
 
 
 @dataclass(frozen=True)
@@ -224,7 +234,10 @@ class _Checker:
             self.fail(i, "schema", f"unknown event type {kind!r}", event)
         else:
             try:
-                cls.model_validate(event)
+                snap = event.get("response")
+                cls.model_validate(
+                    {**event, "response": _as_typed(snap)} if isinstance(snap, dict) else event
+                )
             except ValidationError as exc:
                 err = exc.errors()[0]
                 self.fail(i, "schema", f"{kind}: {err['loc']} {err['msg']}", event)
@@ -258,7 +271,7 @@ class _Checker:
         if missing:
             self.fail(i, "schema", f"snapshot lacks required fields {missing}", event)
         try:
-            Response.model_validate(snap)
+            Response.model_validate(_as_typed(snap))
         except ValidationError as exc:
             self.fail(i, "schema", f"snapshot: {exc.errors()[0]['loc']} {exc.errors()[0]['msg']}")
         if self.first is None:
@@ -343,18 +356,19 @@ class _Checker:
         self.open["stage"] = to
 
     def item_ends(self, i: int, item: dict[str, Any]) -> None:
-        """An MCP item is done only after its lifecycle ended, with the status it ended in (a
-        call cut short, never run, is `incomplete`)."""
+        """A server-run item (an MCP listing or call, a web search) is done only after its
+        lifecycle ended, with the status it ended in (one cut short is `incomplete`)."""
         assert self.open is not None
-        ends = _ENDS.get(item.get("type", ""))
+        kind = item.get("type", "")
+        ends = _ENDS.get(kind)
         if ends is None:
             return
         stage = self.open["stage"]
-        if item.get("type") == "mcp_list_tools" and stage not in ends:
+        if kind == "mcp_list_tools" and stage not in ends:
             self.fail(i, "mcp", f"a tool listing is done after {stage}", item)
-        wanted = ends.get(stage, "incomplete")
-        if item.get("type") == "mcp_call" and item.get("status") != wanted:
-            self.fail(i, "mcp", f"an mcp_call done {item.get('status')!r} after {stage}", item)
+        wanted = ends.get(stage, ("incomplete",))
+        if kind != "mcp_list_tools" and item.get("status") not in wanted:
+            self.fail(i, _RULE[kind], f"a {kind} done {item.get('status')!r} after {stage}", item)
 
     def item_done(self, i: int, event: dict[str, Any]) -> None:
         item = event.get("item", {})
@@ -369,11 +383,8 @@ class _Checker:
                 self.fail(i, "I6", f"item {key!r} changed between added and done", event)
         done_statuses = (
             ("completed", "incomplete", "failed")
-            if item.get("type") == "mcp_call"
-            else (
-                "completed",
-                "incomplete",
-            )
+            if item.get("type") in ("mcp_call", "web_search_call")
+            else ("completed", "incomplete")
         )
         if item.get("status") not in done_statuses and item.get("type") not in _STATELESS:
             self.fail(i, "I10", f"done item status {item.get('status')!r}", event)
@@ -384,6 +395,9 @@ class _Checker:
             got = [c.get("text", c.get("refusal")) for c in content]
             if texts != got:
                 self.fail(i, "I7", "item content differs from the streamed deltas", event)
+            annotations = [p["annotations"] for p in self.open["parts"]]
+            if annotations != [c.get("annotations", []) for c in content]:
+                self.fail(i, "I7", "item annotations differ from those added", event)
         commands = self.open.get("commands")
         if commands is not None and (
             not all(c["closed"] for c in commands)
@@ -417,7 +431,8 @@ class _Checker:
             self.fail(i, "I3", "content part added while another is open", event)
         if event.get("content_index") != len(parts):
             self.fail(i, "I5", f"content_index {event.get('content_index')} != {len(parts)}")
-        parts.append({"acc": "", "closed": False, "type": event.get("part", {}).get("type")})
+        kind = event.get("part", {}).get("type")
+        parts.append({"acc": "", "closed": False, "type": kind, "annotations": []})
 
     def open_part(self, i: int, event: dict[str, Any]) -> dict[str, Any] | None:
         if not self.same_item(i, event):
@@ -438,7 +453,27 @@ class _Checker:
         body = event.get("part", {})
         if body.get("text", body.get("refusal")) != part["acc"]:
             self.fail(i, "I7", "content_part.done text differs from the deltas", event)
+        if body.get("type") == "output_text" and body.get("annotations") != part["annotations"]:
+            self.fail(i, "I7", "content_part.done annotations differ from those added", event)
         part["closed"] = True
+
+    def annotation(self, i: int, event: dict[str, Any]) -> None:
+        """A citation added to the open text part: numbered in order, over a span of the text
+        streamed so far; a URL citation's span is a link to its URL."""
+        part = self.open_part(i, event)
+        if part is None:
+            return
+        annotation = event.get("annotation") or {}
+        if event.get("annotation_index") != len(part["annotations"]):
+            self.fail(i, "I5", "annotation_index is not the next one", event)
+        part["annotations"].append(annotation)
+        start, end = annotation.get("start_index"), annotation.get("end_index")
+        if annotation.get("type") != "url_citation":
+            return
+        if not (isinstance(start, int) and isinstance(end, int) and 0 <= start < end):
+            self.fail(i, "citation", "a url_citation without a span", event)
+        elif end > len(part["acc"]) or annotation.get("url") not in part["acc"][start:end]:
+            self.fail(i, "citation", "a url_citation's span does not hold its URL", event)
 
     def delta(self, i: int, event: dict[str, Any], scope: str) -> None:
         target = self.open_part(i, event) if scope == "part" else self.open_target(i, event)
@@ -508,10 +543,19 @@ _HANDLERS = {
     "response.cancelled": _Checker.terminal,
     "error": _Checker.error,
     "response.compaction.compacting": _Checker.compaction_compacting,
+    "response.output_text.annotation.added": _Checker.annotation,
     "response.shell_call_command.added": _Checker.command,
     "response.shell_call_command.delta": _Checker.command_delta,
     "response.shell_call_command.done": _Checker.command_done,
 }
+
+
+def _as_typed(snap: dict[str, Any]) -> dict[str, Any]:
+    """A snapshot as the SDK's types can read it (`_CHOICE_EXTENSIONS`)."""
+    choice = snap.get("tool_choice")
+    if isinstance(choice, dict) and choice.get("type") in _CHOICE_EXTENSIONS:
+        return {**snap, "tool_choice": "required"}
+    return snap
 
 
 def _strip_ids(value: Any) -> Any:

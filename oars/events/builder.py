@@ -18,6 +18,13 @@ The items of an MCP server's tools, which this server runs, stream as OpenAI str
     mcp_approval_request: output_item.added → output_item.done
 
 This server's tool search: a `tool_search_call` and its `tool_search_output`, each added and done.
+A web search this server runs (`oars.web_search`):
+
+    web_search_call: output_item.added (the action) → web_search_call.in_progress → .searching
+                     … the backend answers … → .completed (not for a failed one) → output_item.done
+
+A link in the text after it to one of its results (`[title](url)`) is a `url_citation`: it is
+added to the text part, and sent as `output_text.annotation.added`, after the delta that ends it.
 
 A response may be several generations (a server-side tool's result goes back to the model):
 the builder goes on across them, so ids, `output_index` and `sequence_number` stay one sequence.
@@ -39,6 +46,7 @@ finishes with `FinishReason.STEERED`: the open item closes `incomplete` and the 
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -70,6 +78,8 @@ class CallTarget:
 
 
 # Items a model writes as a call: one open at the end of a generation was cut short.
+# A Markdown link, as a model cites a page: `[title](https://…)`.
+_LINK = re.compile(r"\[([^\[\]\n]{1,500})\]\((https?://[^\s()]{1,2000})\)")
 _CALL_TYPES = (
     "function_call",
     "custom_tool_call",
@@ -115,6 +125,7 @@ class ResponseBuilder:
         echo: Mapping[str, Any],
         *,
         include_logprobs: bool = False,
+        include_sources: bool = False,
         model: str,
         tools: Mapping[str, CallTarget] | None = None,  # by the name the model calls it
         background: bool = False,
@@ -125,6 +136,8 @@ class ResponseBuilder:
         self._echo = dict(echo)
         self._model = model
         self._include_logprobs = include_logprobs
+        self._include_sources = include_sources
+        self._sources: dict[str, str] = {}  # the web searches' result URLs: their titles
         self._tools = dict(tools or {})
         self._seq = 0
         self._items: list[Item] = []
@@ -249,6 +262,9 @@ class ResponseBuilder:
             for text, lps in pending:
                 events.append(self._delta(self._open, text, lps))
         events.append(self._delta(self._open, segment.text, logprobs))
+        part = self._open.parts[-1]
+        if self._sources and part.type == "output_text":
+            events += self._citations(self._open, part)
         return events
 
     def finish(self, reason: FinishReason, usage: Usage) -> list[Event]:
@@ -539,6 +555,67 @@ class ResponseBuilder:
             tools=tools,
         )
         return events + added + self._close("completed")
+
+    # ---- web search ---------------------------------------------------------------------
+
+    def web_search_call(self, action: dict[str, Any]) -> list[Event]:
+        """A web search the model asked for (`action`: search, open_page or find_in_page):
+        added, then in progress and searching; it stays open while the backend answers."""
+        item, events = self._add_item(type="web_search_call", id=new_id("ws"), action=action)
+        item.stage = "running"
+        for stage in ("in_progress", "searching"):
+            events.append(self._emit(f"response.web_search_call.{stage}", **self._at(item)))
+        return events
+
+    def web_search_done(
+        self, failed: bool, sources: Mapping[str, str] | None = None
+    ) -> list[Event]:
+        """The open web search answered (`sources`: the result URLs a search found, by URL
+        their titles), or failed. A search's sources are shown in its action only with
+        `include: ["web_search_call.action.sources"]`; a link to one in the text that follows
+        is a `url_citation` either way."""
+        item = self._open_of("web_search_call")
+        assert item.action is not None
+        self._sources.update(sources or {})
+        if sources is not None and self._include_sources and item.action["type"] == "search":
+            item.action["sources"] = [{"type": "url", "url": url} for url in sources]
+        events: list[Event] = []
+        item.stage = "failed" if failed else "completed"
+        if not failed:
+            events.append(self._emit("response.web_search_call.completed", **self._at(item)))
+        return events + self._close(item.stage)
+
+    def _citations(self, item: Item, part: Part) -> list[Event]:
+        """A link the text just finished (`[title](url)`) to one of this response's sources
+        is a `url_citation` over the link's span, in characters, added after its delta."""
+        events: list[Event] = []
+        end = part.cited_to
+        for match in _LINK.finditer(part.text, part.cited_to):
+            end = match.end()
+            url = match.group(2)
+            if url not in self._sources:
+                continue
+            annotation = {
+                "type": "url_citation",
+                "start_index": match.start(),
+                "end_index": match.end(),
+                "title": self._sources[url] or match.group(1),
+                "url": url,
+            }
+            part.annotations.append(annotation)
+            events.append(
+                self._emit(
+                    "response.output_text.annotation.added",
+                    **self._at(item),
+                    content_index=len(item.parts) - 1,
+                    annotation_index=len(part.annotations) - 1,
+                    annotation=annotation,
+                )
+            )
+        # a link not finished yet starts at its last '['
+        start = part.text.rfind("[", end)
+        part.cited_to = start if start >= 0 else len(part.text)
+        return events
 
     def offer(self, targets: Mapping[str, CallTarget]) -> None:
         """More tools the model may call from now on (a tool search loaded them)."""

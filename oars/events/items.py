@@ -47,6 +47,8 @@ class Part:
     text: str = ""
     logprobs: list[TokenLogprob] = field(default_factory=list)
     closed: bool = False  # its done events are out
+    annotations: list[dict[str, Any]] = field(default_factory=list)  # output text's citations
+    cited_to: int = 0  # output text: where a citation may still start, for the next delta
 
     def wire(self) -> dict[str, Any]:
         if self.type == "reasoning_text":
@@ -54,7 +56,7 @@ class Part:
         return {
             "type": "output_text",
             "text": self.text,
-            "annotations": [],
+            "annotations": list(self.annotations),
             "logprobs": [item_logprob(lp) for lp in self.logprobs],
         }
 
@@ -80,6 +82,7 @@ class Item:
     approval_request_id: str | None = None  # mcp_call: the approval it ran after
     execution: str = ""  # tool search items: "client" or "server"
     tools: list[dict[str, Any]] = field(default_factory=list)  # mcp_list_tools, tool searches
+    action: dict[str, Any] | None = None  # web_search_call: what the model did with the web
     # MCP items: "running" (listing or calling), then "ended" (a listing's end is out) or the
     # call's outcome ("completed", "failed"), which its done item keeps
     stage: str = "added"
@@ -212,6 +215,10 @@ def _tool_search_output_wire(item: Item) -> dict[str, Any]:
     return {**_typed_call_fields(item), "execution": item.execution, "tools": item.tools}
 
 
+def _web_search_wire(item: Item) -> dict[str, Any]:
+    return {"id": item.id, "type": "web_search_call", "status": item.status, "action": item.action}
+
+
 def _compaction_wire(item: Item) -> dict[str, Any]:
     return {"id": item.id, "type": "compaction", "encrypted_content": item.encrypted}
 
@@ -265,6 +272,7 @@ _ITEM_WIRE: dict[str, Callable[[Item], dict[str, Any]]] = {
     "local_shell_call": _local_shell_call_wire,
     "apply_patch_call": _apply_patch_call_wire,
     "tool_search_output": _tool_search_output_wire,
+    "web_search_call": _web_search_wire,
 }
 
 # segment kind → (item type, id prefix, part type)

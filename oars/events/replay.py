@@ -73,6 +73,8 @@ def _replayed_item(wire: Mapping[str, Any], output_index: int) -> Item:
     item = Item(type=wire["type"], id=wire["id"], output_index=output_index, **fields)
     item.phase = wire.get("phase") or ""
     item.approval_request_id = wire.get("approval_request_id")
+    if isinstance(wire.get("action"), dict):
+        item.action = dict(wire["action"])
     if item.type == "custom_tool_call":
         item.input_field = StringField("input")
     return item
@@ -88,6 +90,12 @@ def _part_added(item: Item, event: Event) -> None:
 
 def _part_delta(item: Item, event: Event) -> None:
     item.parts[-1].text += event["delta"]
+
+
+def _annotation(item: Item, event: Event) -> None:
+    part = item.parts[-1]
+    part.annotations.append(event["annotation"])
+    part.cited_to = event["annotation"]["end_index"]
 
 
 def _part_done(item: Item, event: Event) -> None:
@@ -124,6 +132,8 @@ _REPLAYED: dict[str, Callable[[Item, Event], None]] = {
     "response.output_text.delta": _part_delta,
     "response.reasoning_text.delta": _part_delta,
     "response.content_part.done": _part_done,
+    "response.output_text.annotation.added": _annotation,
+    "response.web_search_call.in_progress": _list_running,
     "response.function_call_arguments.delta": _arguments_delta,
     "response.custom_tool_call_input.delta": _input_delta,
     "response.mcp_call_arguments.delta": _mcp_arguments,

@@ -43,7 +43,12 @@ access = logging.getLogger("oars.access")
 
 
 def _served(oars: Shared) -> catalog.Served:
-    return catalog.Served(created=oars.started, mcp=oars.service.toolboxes is not None)
+    toolboxes = oars.service.toolboxes
+    return catalog.Served(
+        created=oars.started,
+        mcp=toolboxes is not None,
+        web_search=toolboxes is not None and toolboxes.web is not None,
+    )
 
 
 async def list_models(request: Request) -> Response:

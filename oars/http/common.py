@@ -87,6 +87,8 @@ def create_request(oars: Shared, body: Any) -> ResponseRequest:
     """A create body, validated for this server (the HTTP and WebSocket transports both start
     here)."""
     service = oars.service
+    search = service.toolboxes.web if service.toolboxes is not None else None
+    web = search is not None
     request = normalize(
         body,
         served_model=service.default_model,
@@ -94,14 +96,17 @@ def create_request(oars: Shared, body: Any) -> ResponseRequest:
         max_output_tokens=oars.limits.max_output_tokens,
         can_store=oars.keeps,
         mcp_servers=service.toolboxes.labels if service.toolboxes else frozenset(),
+        web_search=web,
+        web_pages=search is not None and search.fetches,
     )
-    for kind in ignored_tools(request.echo["tools"]):
+    for kind in [] if web else ignored_tools(request.echo["tools"]):
         oars.metrics.tool_ignored(kind)
         if kind not in _TOLD:
             _TOLD.add(kind)
             log.warning(
-                "a request sent a %s tool; this server runs no web search, so the model is not "
-                "offered one (said once; oars_tools_ignored_total counts them)",
+                "a request sent a %s tool; this server runs no web search (--web-search sets "
+                "one), so the model is not offered one (said once; oars_tools_ignored_total "
+                "counts them)",
                 kind,
             )
     return request

@@ -24,6 +24,7 @@ from oars.mcp.config import McpConfig
 from oars.service import ResponsesService
 from oars.testing import ScriptedEngine
 from oars.toolbox import ToolboxFactory
+from oars.web_search import web_search
 from tests.conftest import serving
 from tests.upstream_replay import Replay
 
@@ -107,6 +108,14 @@ def test_mcp_is_a_tool_the_server_runs_when_it_runs_any() -> None:
     with _serving({"thinker": ScriptedEngine(info=THINKS)}, toolboxes=toolboxes) as (_, url):
         entry = httpx.get(f"{url}/v1/models/thinker").json()
     assert entry["server_tools"] == ["tool_search", "mcp"] and entry["id"] == "thinker"
+
+
+def test_web_search_is_a_tool_the_server_runs_when_it_has_a_backend() -> None:
+    web = web_search("searxng=http://127.0.0.1:9")  # never asked here
+    toolboxes = ToolboxFactory(McpConfig(), web=web)
+    with _serving({"thinker": ScriptedEngine(info=THINKS)}, toolboxes=toolboxes) as (_, url):
+        entry = httpx.get(f"{url}/v1/models/thinker").json()
+    assert entry["server_tools"] == ["tool_search", "mcp", "web_search"]
 
 
 def test_an_unknown_model_is_a_404_in_openais_shape() -> None:

@@ -231,3 +231,53 @@ def test_a_compaction_sampled_must_be_the_next_item_added() -> None:
     assert "compaction" in {v.rule for v in report.violations}, report.text()
     report = validate_events(_compacting(_good(), "cmp_1", output_index=1))
     assert "I4" in {v.rule for v in report.violations}, report.text()
+
+
+def _cited(text: str, start: int, end: int) -> list[Event]:
+    """A stream whose one text part carries a url_citation over [start, end)."""
+    events = run_to_end(
+        ResponsesService(ScriptedEngine([text])), normalize({"input": "x"}, served_model="m")
+    )
+    annotation = {
+        "type": "url_citation",
+        "start_index": start,
+        "end_index": end,
+        "title": "T",
+        "url": "https://a.example/",
+    }
+    at = next(i for i, e in enumerate(events) if e["type"] == "response.output_text.delta") + 1
+    delta = events[at - 1]
+    added = {
+        "type": "response.output_text.annotation.added",
+        "sequence_number": 0,
+        "item_id": delta["item_id"],
+        "output_index": 0,
+        "content_index": 0,
+        "annotation_index": 0,
+        "annotation": annotation,
+    }
+    events.insert(at, added)
+    for e in events:
+        part = e.get("part") or {}
+        if part.get("type") == "output_text" and e["type"] == "response.content_part.done":
+            part["annotations"] = [annotation]
+        for item in [e.get("item"), *((e.get("response") or {}).get("output") or [])]:
+            if item and item.get("type") == "message" and e["type"] != "response.output_item.added":
+                item["content"][0]["annotations"] = [annotation]
+    return _renumber(events)
+
+
+def test_a_url_citation_spans_a_link_to_its_url() -> None:
+    link = "[T](https://a.example/)"
+    good = _cited(f"See {link}.", 4, 4 + len(link))
+    assert validate_events(good).ok, validate_events(good).text()
+    bad = _cited(f"See {link}.", 0, 3)
+    assert "citation" in {v.rule for v in validate_events(bad).violations}
+
+
+def test_a_url_citation_missing_from_the_final_text_breaks_i7() -> None:
+    link = "[T](https://a.example/)"
+    events = _cited(f"See {link}.", 4, 4 + len(link))
+    events[-1]["response"]["output"][0]["content"][0]["annotations"] = []
+    rules = {v.rule for v in validate_events(events).violations}
+    assert "I9" in rules or "I7" in rules
