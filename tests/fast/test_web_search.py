@@ -290,3 +290,57 @@ def test_a_response_ended_by_another_replica_keeps_its_citations(
         message["content"][0]["annotations"]
         == report.final["output"][1]["content"][0]["annotations"]
     )
+
+
+def test_through_the_gateway_the_upstream_sees_only_functions(
+    backend: ThreadingHTTPServer,
+) -> None:
+    """A gateway runs the search itself: its upstream is offered `web_search` as a function,
+    its call runs here, and the results go back to it as the tool's answer."""
+    from oars.engines.upstream import UpstreamConfig, UpstreamEngine
+    from tests.upstream_replay import Replay, Scenario, text_stream
+
+    base = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "up"}
+    call = {
+        "index": 0,
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "web_search", "arguments": '{"query": "deploy code word"}'},
+    }
+    calling = Scenario(
+        [
+            {**base, "choices": [{"index": 0, "delta": {"tool_calls": [call]}}]},
+            {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+        ]
+    )
+    with Replay() as upstream:
+        # the second request counts the first step's tokens; the third is the answer
+        upstream.play(calling, text_stream(["-"]), text_stream([CITED]))
+        engine = UpstreamEngine(UpstreamConfig("up", upstream.url))
+        web = web_search(f"searxng={_base(backend)}")
+        service = ResponsesService(
+            engine, strict_models=True, toolboxes=ToolboxFactory(McpConfig(), web=web)
+        )
+        app = create_app(service)
+
+        async def go() -> str:
+            async with app.router.lifespan_context(app):
+                transport = httpx.ASGITransport(app=app)
+                async with httpx.AsyncClient(transport=transport, base_url="http://t/v1") as c:
+                    body = {"model": "up", "input": "x", "tools": [WEB], "stream": True}
+                    return (await c.post("/responses", json=body, timeout=30)).text
+
+        report = validate_sse(asyncio.run(go()))
+        sent = upstream.bodies
+    assert report.ok, report.text()
+    assert report.final is not None
+    output = report.final["output"]
+    assert [i["type"] for i in output] == ["web_search_call", "message"]
+    assert output[1]["content"][0]["annotations"][0]["url"] == DOCS
+    assert [t["function"]["name"] for t in sent[0]["tools"]] == [
+        "web_search",
+        "open_page",
+        "find_in_page",
+    ]
+    replayed = sent[-1]["messages"]
+    assert replayed[-1]["role"] == "tool" and "heron-42" in replayed[-1]["content"]
