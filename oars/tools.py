@@ -706,7 +706,7 @@ def _resolve(tools: list[Tool], choice: Any, servers: bool) -> ToolSet:
         if mode not in ("auto", "required"):
             raise InvalidRequest("Invalid 'tool_choice.mode'.", param="tool_choice.mode")
         return ToolSet(offered, tuple(allowed), mode)
-    if kind in WEB_SEARCH_TYPES:
+    if isinstance(kind, str) and kind in WEB_SEARCH_TYPES:  # a list or object: no kind
         search = next((t for t in tools if t.kind == "server_web_search"), None)
         if search is not None:
             return ToolSet(offered, (search,), "required")

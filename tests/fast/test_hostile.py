@@ -249,3 +249,10 @@ def test_a_hosted_tool_must_be_what_its_type_says() -> None:
     fine = [{"type": "web_search", "filters": {"allowed_domains": ["x.org"]}}]
     r = _send(json.dumps({"model": "m", "input": "x", "tools": fine}).encode())
     assert r.status_code == 200 and r.json()["tools"] == fine
+
+
+@pytest.mark.parametrize("kind", [[], {}, ["web_search"]])
+def test_a_tool_choice_whose_type_is_not_a_string_is_a_400(kind: Any) -> None:
+    body = {"model": "m", "input": "x", "tools": [FN], "tool_choice": {"type": kind}}
+    assert _error(_send(json.dumps(body).encode()))["param"] == "tool_choice"
+
