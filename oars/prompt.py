@@ -417,7 +417,8 @@ def _web_search_call(item: Json, param: str, ctx: Context) -> list[ChatMessage]:
     action = item.get("action")
     if action is None:
         return []
-    if not isinstance(action, dict) or action.get("type") not in _WEB_ACTIONS:
+    kind = action.get("type") if isinstance(action, dict) else None
+    if not isinstance(kind, str) or kind not in _WEB_ACTIONS:  # a list or object is no kind
         raise _fail(
             f"Invalid '{param}.action': expected a search, open_page or find_in_page action.",
             f"{param}.action",
@@ -427,9 +428,14 @@ def _web_search_call(item: Json, param: str, ctx: Context) -> list[ChatMessage]:
     if action["type"] == "search" and not action.get("query") and isinstance(queries, list):
         action = {**action, "query": " ".join(str(q) for q in queries)}
     arguments = json.dumps({key: str(action.get(key) or "") for key in keys})
+    listed = action.get("sources") or []
+    if not isinstance(listed, list):
+        raise _fail(
+            f"Invalid '{param}.action.sources': expected an array.", f"{param}.action.sources"
+        )
     result = ctx.read.get(str(item.get("id")))
     if result is None:
-        sources = [s.get("url") for s in action.get("sources") or () if isinstance(s, dict)]
+        sources = [s.get("url") for s in listed if isinstance(s, dict)]
         if item.get("status") == "failed":
             result = "The search failed."
         elif sources:

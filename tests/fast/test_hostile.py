@@ -256,3 +256,12 @@ def test_a_tool_choice_whose_type_is_not_a_string_is_a_400(kind: Any) -> None:
     body = {"model": "m", "input": "x", "tools": [FN], "tool_choice": {"type": kind}}
     assert _error(_send(json.dumps(body).encode()))["param"] == "tool_choice"
 
+
+@pytest.mark.parametrize(
+    "action",
+    [{"type": []}, {"type": {"search": 1}}, {"type": "search", "query": "q", "sources": 5}],
+)
+def test_a_web_search_call_with_an_odd_action_is_a_400(action: Any) -> None:
+    item = {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": action}
+    body = {"model": "m", "input": [item, {"role": "user", "content": "And?"}]}
+    assert _error(_send(json.dumps(body).encode()))["param"].startswith("input[0].action")
