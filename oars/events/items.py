@@ -144,7 +144,7 @@ def arguments_object(text: str) -> dict[str, Any]:
             if text.strip()
             else {}
         )
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # not JSON, or past what it reads (5000 digits)
         return {}
     return arguments if isinstance(arguments, dict) else {}
 

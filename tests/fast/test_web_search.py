@@ -344,3 +344,15 @@ def test_through_the_gateway_the_upstream_sees_only_functions(
     ]
     replayed = sent[-1]["messages"]
     assert replayed[-1]["role"] == "tool" and "heron-42" in replayed[-1]["content"]
+
+
+def test_a_call_with_a_number_json_cannot_read_is_a_failed_call(
+    backend: ThreadingHTTPServer,
+) -> None:
+    """An integer of 5000 digits is past what Python's JSON reads (a ValueError, not a
+    JSONDecodeError): the call has no arguments the server can use, and the response goes on."""
+    huge = '{"name": "web_search", "arguments": {"query": "herons", "page": %s}}' % ("9" * 5000)
+    engine = ScriptedEngine(_searcher("No.", f"<tool_call>\n{huge}\n</tool_call>"))
+    final = _stream(engine, backend, {"input": "x", "tools": [WEB], "tool_choice": WEB}).final
+    assert final["status"] == "completed"
+    assert final["output"][0]["status"] == "failed"
