@@ -74,7 +74,10 @@ def _clean(value: object) -> str:
 
 
 def _is_web(url: object) -> bool:
-    return isinstance(url, str) and urlsplit(url).scheme in ("http", "https")
+    try:
+        return isinstance(url, str) and urlsplit(url).scheme in ("http", "https")
+    except ValueError:  # not a URL at all, such as `http://[::1` (a bracket never closed)
+        return False
 
 
 def _results(items: Iterable[object], snippet_keys: Sequence[str]) -> list[Found]:
@@ -289,7 +292,7 @@ class WebSearch:
                 f"{url} is not on a public address; this server opens such pages only where "
                 "its operator allows (--web-allow)"
             ) from None
-        except (httpx2.HTTPError, httpx2.InvalidURL, OSError) as exc:
+        except (httpx2.HTTPError, httpx2.InvalidURL, OSError, ValueError) as exc:
             raise WebSearchFailed(f"could not load {url} ({_why(exc)})") from None
         title, text = await asyncio.to_thread(_readable, page)
         return Page(page.url, title, text[:max_chars])
@@ -341,7 +344,7 @@ def _why(exc: BaseException) -> str:
     """A failed fetch in a few words (an exception's own text may name a redirect's host)."""
     if isinstance(exc, httpx2.ConnectError):
         return "could not connect"
-    if isinstance(exc, httpx2.InvalidURL):
+    if isinstance(exc, httpx2.InvalidURL | ValueError):  # ValueError: a redirect's, urllib's
         return "not a valid URL"
     if isinstance(exc, OSError):
         return "its host name does not resolve"
@@ -465,8 +468,11 @@ def allowed(url: str, domains: Sequence[str]) -> bool:
     'evilexample.com' for 'example.com'."""
     if not domains:
         return True
-    host = (urlsplit(url).hostname or "").rstrip(".")
-    names = {_domain(d) for d in domains} - {""}
+    try:
+        host = (urlsplit(url).hostname or "").rstrip(".")
+        names = {_domain(d) for d in domains} - {""}
+    except ValueError:  # not a URL (`http://[::1`): on no domain
+        return False
     return bool(host) and any(host == name or host.endswith(f".{name}") for name in names)
 
 

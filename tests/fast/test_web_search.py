@@ -356,3 +356,15 @@ def test_a_call_with_a_number_json_cannot_read_is_a_failed_call(
     final = _stream(engine, backend, {"input": "x", "tools": [WEB], "tool_choice": WEB}).final
     assert final["status"] == "completed"
     assert final["output"][0]["status"] == "failed"
+
+
+def test_a_url_that_is_not_one_is_a_failed_call_the_model_reads(
+    backend: ThreadingHTTPServer,
+) -> None:
+    filtered = {**WEB, "filters": {"allowed_domains": ["example.org"]}}
+    for tool in (WEB, filtered):
+        engine = ScriptedEngine(_searcher("No.", _call("open_page", url="http://[::1")))
+        final = _stream(engine, backend, {"input": "x", "tools": [tool]}).final
+        assert final["status"] == "completed"
+        assert final["output"][0]["status"] == "failed"
+        assert _tool_text(engine.requests[-1]).startswith("Error:")

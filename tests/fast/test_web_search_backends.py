@@ -166,6 +166,8 @@ async def _ok(request: Request) -> Response:
         return RedirectResponse("/ok/page", status_code=302)
     if rest == "jump":  # same host, outside the allowed prefix: the guard's to judge
         return RedirectResponse("/private/secret", status_code=302)
+    if rest == "broken":  # a Location that is no URL
+        return Response(status_code=302, headers={"location": "http://[::1/"})
     if rest.startswith("hop/"):
         return RedirectResponse(f"/ok/hop/{int(rest[4:]) + 1}", status_code=302)
     return PlainTextResponse("no such page", status_code=404)
@@ -436,6 +438,14 @@ def test_what_cannot_be_read_is_a_failure_naming_the_url(
 @pytest.mark.parametrize("url", ["file:///etc/passwd", "ftp://example.org/x", "not a url"])
 def test_only_http_urls_are_opened(url: str) -> None:
     assert _failure(url) == f"{url} does not lead to an http or https URL"
+
+
+def test_a_url_that_urllib_cannot_split_is_a_failure_not_a_crash(services: Services) -> None:
+    """`http://[::1` (a bracket never closed) makes urllib raise: the model's call fails."""
+    assert _failure("http://[::1") == "http://[::1 does not lead to an http or https URL"
+    assert not allowed("http://[::1", ["example.org"])
+    broken = f"{services.base}/ok/broken"
+    assert _failure(broken, allow=[services.base]) == f"could not load {broken} (not a valid URL)"
 
 
 def test_a_server_that_opens_no_pages_says_so(services: Services) -> None:
