@@ -111,6 +111,8 @@ class WebRun:
         page = self.pages.get(url)
         if page is None:
             page = await self.backend.open_page(url, self.page_chars)
+            if self.domains and not allowed(page.url, self.domains):  # a redirect led away
+                raise WebSearchFailed(f"{url} leads to a page not on a domain this search may read")
             self.pages[url] = page
         return page
 

@@ -19,9 +19,11 @@ from starlette.responses import JSONResponse, PlainTextResponse, RedirectRespons
 from starlette.routing import Route
 
 from oars.errors import SetupError
+from oars.events import Event, ResponseBuilder
 from oars.mcp.config import McpConfig, OperatorServer
 from oars.serve import web
 from oars.settings import WebSettings
+from oars.web_run import WebRun
 from oars.web_search import (
     KEY_VARIABLE,
     MAX_PAGE_BYTES,
@@ -166,6 +168,8 @@ async def _ok(request: Request) -> Response:
         return RedirectResponse("/ok/page", status_code=302)
     if rest == "jump":  # same host, outside the allowed prefix: the guard's to judge
         return RedirectResponse("/private/secret", status_code=302)
+    if rest == "away":  # to the same page on another host name
+        return RedirectResponse(str(request.url.replace(hostname="127.0.0.1", path="/page")))
     if rest == "broken":  # a Location that is no URL
         return Response(status_code=302, headers={"location": "http://[::1/"})
     if rest.startswith("hop/"):
@@ -446,6 +450,26 @@ def test_a_url_that_urllib_cannot_split_is_a_failure_not_a_crash(services: Servi
     assert not allowed("http://[::1", ["example.org"])
     broken = f"{services.base}/ok/broken"
     assert _failure(broken, allow=[services.base]) == f"could not load {broken} (not a valid URL)"
+
+
+def test_a_redirect_off_the_allowed_domains_is_a_failed_call(services: Services) -> None:
+    """`filters.allowed_domains` hold for the page a redirect leads to, not only the URL the
+    model asked for."""
+    local = services.base.replace("127.0.0.1", "localhost")
+
+    async def go(search: WebSearch) -> tuple[list[Event], dict[str, str]]:
+        run = WebRun(search, {}, domains=("localhost",))
+        asked = json.dumps({"url": f"{local}/ok/away"})
+        events = [e async for e in run.run(ResponseBuilder({}, model="m"), "open_page", asked)]
+        return events, run.read
+
+    events, read = _run(
+        lambda: web_search("searxng=http://127.0.0.1:1", allow=[services.base, local]), go
+    )
+    assert events[-1]["item"]["status"] == "failed"
+    assert list(read.values()) == [
+        f"Error: {local}/ok/away leads to a page not on a domain this search may read"
+    ]
 
 
 def test_a_server_that_opens_no_pages_says_so(services: Services) -> None:
