@@ -134,6 +134,7 @@ _REPLAYED: dict[str, Callable[[Item, Event], None]] = {
     "response.content_part.done": _part_done,
     "response.output_text.annotation.added": _annotation,
     "response.web_search_call.in_progress": _list_running,
+    "response.web_search_call.completed": _call_ended,
     "response.function_call_arguments.delta": _arguments_delta,
     "response.custom_tool_call_input.delta": _input_delta,
     "response.mcp_call_arguments.delta": _mcp_arguments,

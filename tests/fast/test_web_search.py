@@ -368,3 +368,18 @@ def test_a_url_that_is_not_one_is_a_failed_call_the_model_reads(
         assert final["status"] == "completed"
         assert final["output"][0]["status"] == "failed"
         assert _tool_text(engine.requests[-1]).startswith("Error:")
+
+
+def test_a_search_that_completed_before_its_replica_died_ends_completed(
+    backend: ThreadingHTTPServer,
+) -> None:
+    """The log read back ends after `web_search_call.completed`: the ending closes the call as
+    the stream said it ended, not `incomplete`."""
+    engine = ScriptedEngine(_searcher("Done.", _call("web_search", query="deploy")))
+    report = _stream(engine, backend, {"input": "x", "tools": [WEB], "tool_choice": WEB})
+    kinds = [e["type"] for e in report.events]
+    logged = report.events[: kinds.index("response.web_search_call.completed") + 1]
+    ending = replay(logged, logged[0]["response"]).fail("The server running it stopped.")
+    resumed = validate_events([*logged, *ending])
+    assert resumed.ok, resumed.text()
+    assert ending[-1]["response"]["output"][0]["status"] == "completed"
