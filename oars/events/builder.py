@@ -80,6 +80,7 @@ class CallTarget:
 # Items a model writes as a call: one open at the end of a generation was cut short.
 # A Markdown link, as a model cites a page: `[title](https://…)`.
 _LINK = re.compile(r"\[([^\[\]\n]{1,500})\]\((https?://[^\s()]{1,2000})\)")
+_MAX_LINK = 1 + 500 + 2 + len("https://") + 2000 + 1  # characters, the most `_LINK` matches
 _CALL_TYPES = (
     "function_call",
     "custom_tool_call",
@@ -612,8 +613,9 @@ class ResponseBuilder:
                     annotation=annotation,
                 )
             )
-        # a link not finished yet starts at its last '['
-        start = part.text.rfind("[", end)
+        # a link not finished yet starts at a '[' (its first: a URL may hold one), no further
+        # back than the longest link (one before that never becomes one: not scanned again)
+        start = part.text.find("[", max(end, len(part.text) - _MAX_LINK))
         part.cited_to = start if start >= 0 else len(part.text)
         return events
 

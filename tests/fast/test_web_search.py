@@ -18,10 +18,12 @@ from typing import Any
 import httpx
 import pytest
 
+from oars.events import ResponseBuilder
 from oars.events.replay import replay
 from oars.generation import EngineRequest
 from oars.http import create_app
 from oars.mcp.config import McpConfig
+from oars.parsing import Segment, SegmentKind
 from oars.service import ResponsesService
 from oars.testing import DOCS, OTHER, ScriptedEngine, search_backend
 from oars.testing import base_url as _base
@@ -383,3 +385,24 @@ def test_a_search_that_completed_before_its_replica_died_ends_completed(
     resumed = validate_events([*logged, *ending])
     assert resumed.ok, resumed.text()
     assert ending[-1]["response"]["output"][0]["status"] == "completed"
+
+
+def _annotations(url: str, chunks: list[str]) -> list[Any]:
+    """The annotations of `chunks` of text written after a search that found `url`."""
+    builder = ResponseBuilder({}, model="m")
+    builder.web_search_call({"type": "search", "query": "q", "queries": ["q"]})
+    builder.web_search_done(failed=False, sources={url: "Deploy words"})
+    for chunk in chunks:
+        builder.add(Segment(SegmentKind.TEXT, chunk))
+    annotations: list[Any] = builder.output[-1]["content"][0]["annotations"]
+    return annotations
+
+
+def test_a_link_is_cited_however_the_text_is_split() -> None:
+    """A '[' inside the cited URL is no new link: written a character at a time, the text has
+    the citation it has written at once."""
+    url = "https://docs.example.org/deploys?part[1]=a"
+    text = f"See [1] and [Deploy words]({url}) for it."
+    whole = _annotations(url, [text])
+    assert [a["url"] for a in whole] == [url]
+    assert _annotations(url, list(text)) == whole
