@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from http.server import ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -25,6 +27,7 @@ from oars.http import create_app
 from oars.mcp.config import McpConfig
 from oars.parsing import Segment, SegmentKind
 from oars.service import ResponsesService
+from oars.store import SqlStore
 from oars.testing import DOCS, OTHER, ScriptedEngine, search_backend
 from oars.testing import base_url as _base
 from oars.toolbox import ToolboxFactory
@@ -348,28 +351,34 @@ def test_through_the_gateway_the_upstream_sees_only_functions(
     assert replayed[-1]["role"] == "tool" and "heron-42" in replayed[-1]["content"]
 
 
-def test_a_call_with_a_number_json_cannot_read_is_a_failed_call(
-    backend: ThreadingHTTPServer,
+def test_over_a_websocket_and_in_the_background(
+    backend: ThreadingHTTPServer, tmp_path: Path
 ) -> None:
-    """An integer of 5000 digits is past what Python's JSON reads (a ValueError, not a
-    JSONDecodeError): the call has no arguments the server can use, and the response goes on."""
-    huge = '{"name": "web_search", "arguments": {"query": "herons", "page": %s}}' % ("9" * 5000)
-    engine = ScriptedEngine(_searcher("No.", f"<tool_call>\n{huge}\n</tool_call>"))
-    final = _stream(engine, backend, {"input": "x", "tools": [WEB], "tool_choice": WEB}).final
-    assert final["status"] == "completed"
-    assert final["output"][0]["status"] == "failed"
+    """The socket and a background run take the same path: the search runs, the answer cites."""
+    from starlette.testclient import TestClient
 
-
-def test_a_url_that_is_not_one_is_a_failed_call_the_model_reads(
-    backend: ThreadingHTTPServer,
-) -> None:
-    filtered = {**WEB, "filters": {"allowed_domains": ["example.org"]}}
-    for tool in (WEB, filtered):
-        engine = ScriptedEngine(_searcher("No.", _call("open_page", url="http://[::1")))
-        final = _stream(engine, backend, {"input": "x", "tools": [tool]}).final
-        assert final["status"] == "completed"
-        assert final["output"][0]["status"] == "failed"
-        assert _tool_text(engine.requests[-1]).startswith("Error:")
+    web = web_search(f"searxng={_base(backend)}")
+    engine = ScriptedEngine(_searcher(CITED, _call("web_search", query="deploy")))
+    service = ResponsesService(engine, toolboxes=ToolboxFactory(McpConfig(), web=web))
+    store = SqlStore(str(tmp_path / "oars.db"))
+    body = {"model": "m", "input": "x", "tools": [WEB], "tool_choice": WEB}
+    with TestClient(create_app(service, store)) as client:
+        with client.websocket_connect("/v1/responses") as ws:
+            ws.send_text(json.dumps({"type": "response.create", "store": False, **body}))
+            frames: list[dict[str, Any]] = []
+            while not frames or frames[-1]["type"] != "response.completed":
+                frames.append(json.loads(ws.receive_text()))
+        started = client.post("/v1/responses", json={**body, "background": True}).json()
+        while (done := client.get(f"/v1/responses/{started['id']}").json())["status"] in (
+            "queued",
+            "in_progress",
+        ):
+            time.sleep(0.05)
+    report = validate_events(frames)
+    assert report.ok, report.text()
+    for final in (frames[-1]["response"], done):
+        assert [i["type"] for i in final["output"]] == ["web_search_call", "message"]
+        assert final["output"][1]["content"][0]["annotations"][0]["url"] == DOCS
 
 
 def test_a_search_that_completed_before_its_replica_died_ends_completed(
@@ -385,6 +394,18 @@ def test_a_search_that_completed_before_its_replica_died_ends_completed(
     resumed = validate_events([*logged, *ending])
     assert resumed.ok, resumed.text()
     assert ending[-1]["response"]["output"][0]["status"] == "completed"
+
+
+def test_a_url_that_is_not_one_is_a_failed_call_the_model_reads(
+    backend: ThreadingHTTPServer,
+) -> None:
+    filtered = {**WEB, "filters": {"allowed_domains": ["example.org"]}}
+    for tool in (WEB, filtered):
+        engine = ScriptedEngine(_searcher("No.", _call("open_page", url="http://[::1")))
+        final = _stream(engine, backend, {"input": "x", "tools": [tool]}).final
+        assert final["status"] == "completed"
+        assert final["output"][0]["status"] == "failed"
+        assert _tool_text(engine.requests[-1]).startswith("Error:")
 
 
 def _annotations(url: str, chunks: list[str]) -> list[Any]:
@@ -406,3 +427,15 @@ def test_a_link_is_cited_however_the_text_is_split() -> None:
     whole = _annotations(url, [text])
     assert [a["url"] for a in whole] == [url]
     assert _annotations(url, list(text)) == whole
+
+
+def test_a_call_with_a_number_json_cannot_read_is_a_failed_call(
+    backend: ThreadingHTTPServer,
+) -> None:
+    """An integer of 5000 digits is past what Python's JSON reads (a ValueError, not a
+    JSONDecodeError): the call has no arguments the server can use, and the response goes on."""
+    huge = '{"name": "web_search", "arguments": {"query": "herons", "page": %s}}' % ("9" * 5000)
+    engine = ScriptedEngine(_searcher("No.", f"<tool_call>\n{huge}\n</tool_call>"))
+    final = _stream(engine, backend, {"input": "x", "tools": [WEB], "tool_choice": WEB}).final
+    assert final["status"] == "completed"
+    assert final["output"][0]["status"] == "failed"
