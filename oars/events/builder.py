@@ -579,7 +579,9 @@ class ResponseBuilder:
         assert item.action is not None
         self._sources.update(sources or {})
         if sources is not None and self._include_sources and item.action["type"] == "search":
-            item.action["sources"] = [{"type": "url", "url": url} for url in sources]
+            # a new dict: the added event holds the one it was sent with
+            found = [{"type": "url", "url": url} for url in sources]
+            item.action = {**item.action, "sources": found}
         events: list[Event] = []
         item.stage = "failed" if failed else "completed"
         if not failed:

@@ -439,3 +439,13 @@ def test_a_call_with_a_number_json_cannot_read_is_a_failed_call(
     final = _stream(engine, backend, {"input": "x", "tools": [WEB], "tool_choice": WEB}).final
     assert final["status"] == "completed"
     assert final["output"][0]["status"] == "failed"
+
+
+def test_the_added_event_keeps_the_action_it_was_sent_with() -> None:
+    """The sources come with the done item only: the added event, which a reader may take
+    from the log after the search answered, still shows the action as it was then."""
+    builder = ResponseBuilder({}, model="m", include_sources=True)
+    added = builder.web_search_call({"type": "search", "query": "q", "queries": ["q"]})
+    done = builder.web_search_done(failed=False, sources={DOCS: "Deploy words"})
+    assert "sources" not in added[0]["item"]["action"]
+    assert done[-1]["item"]["action"]["sources"] == [{"type": "url", "url": DOCS}]
