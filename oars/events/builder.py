@@ -77,10 +77,10 @@ class CallTarget:
         return self.kind == "custom"
 
 
-# Items a model writes as a call: one open at the end of a generation was cut short.
 # A Markdown link, as a model cites a page: `[title](https://…)`.
 _LINK = re.compile(r"\[([^\[\]\n]{1,500})\]\((https?://[^\s()]{1,2000})\)")
 _MAX_LINK = 1 + 500 + 2 + len("https://") + 2000 + 1  # characters, the most `_LINK` matches
+# Items a model writes as a call: one open at the end of a generation was cut short.
 _CALL_TYPES = (
     "function_call",
     "custom_tool_call",
