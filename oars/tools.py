@@ -303,15 +303,9 @@ _HUNK_LINES = r"^[-+ @][^\n]*(\n[-+ @][^\n]*)*\n?$"
 
 
 def _operation(kind: str, diff: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    properties: dict[str, Any] = {"operation": {"const": kind}, "path": _PATH}
-    if diff is not None:
-        properties["diff"] = diff
-    return {
-        "type": "object",
-        "properties": properties,
-        "required": list(properties),
-        "additionalProperties": False,
-    }
+    return _object(
+        operation={"const": kind}, path=_PATH, **({} if diff is None else {"diff": diff})
+    )
 
 
 APPLY_PATCH_PARAMETERS: Mapping[str, Any] = {
@@ -386,7 +380,7 @@ _NAMED = 30  # deferred tools a server search's description names
 # Hosted tools of OpenAI's this server does not run: a request that sends one is refused, so that
 # no model answers as if the tool did not exist. `web_search` is sent by Codex with every request:
 # it is taken and not offered (`ignored_tools`), and a `tool_choice` forcing it is refused.
-IGNORED = frozenset({"web_search", "web_search_2025_08_26"})  # without a backend
+IGNORED = WEB_SEARCH_TYPES  # without a backend
 REFUSED = {
     "file_search": "file search",
     "web_search_preview": "web search",
