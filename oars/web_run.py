@@ -100,18 +100,18 @@ class WebRun:
     async def _search(self, query: str) -> tuple[str, dict[str, str]]:
         asked = self.results * (_WIDER if self.domains else 1)
         found = await self.backend.search(query, asked, self.location)
-        kept = [f for f in found if not self.domains or (f.url and allowed(f.url, self.domains))]
+        kept = [f for f in found if allowed(f.url, self.domains)]
         kept = kept[: self.results]
         sources = {f.url: f.title for f in kept if f.url}
         return _results(query, kept), sources
 
     async def _page(self, url: str) -> Page:
-        if self.domains and not allowed(url, self.domains):
+        if not allowed(url, self.domains):
             raise WebSearchFailed(f"{url} is not on a domain this search may read")
         page = self.pages.get(url)
         if page is None:
             page = await self.backend.open_page(url, self.page_chars)
-            if self.domains and not allowed(page.url, self.domains):  # a redirect led away
+            if not allowed(page.url, self.domains):  # a redirect led away
                 raise WebSearchFailed(f"{url} leads to a page not on a domain this search may read")
             self.pages[url] = page
         return page
