@@ -275,7 +275,8 @@ class Runs:
     async def _produce(self, handle: RunHandle, begun: asyncio.Future[None] | None) -> None:
         kept: Kept | None = None
         if begun is not None and self.writer is not None:
-            kept = self.writer.track(handle, begun, logged=handle.streamed)
+            followed = handle.request.stream
+            kept = self.writer.track(handle, begun, logged=handle.streamed, followed=followed)
             if kept.logged:
                 handle.log.hold(self.writer.hurry)
         generation = handle.generation

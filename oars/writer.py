@@ -12,10 +12,10 @@ one transaction (a group commit), in two lines that write side by side (two conn
   only what the store has, so these are on every streamed token's way. In one line with the
   rows, they waited behind endings (64 streams ending together took 15-25 ms on PostgreSQL,
   their logs 2-3 ms) and a stream's last delta waited for its ending.
-A response's logs start once its first write has landed (its first events, if a reader waits,
-with whichever line is free first), and its ending waits for the transaction that carries its
-events (or is about to, a reader waiting): its last tokens reach the client after a write of
-logs, its ending after that.
+A response's first write carries the events it has made by then; its logs start once that write
+has landed (the events made meanwhile, if a reader waits, with whichever line is free first),
+and its ending waits for the transaction that carries its events (or is about to, a reader
+waiting): its last tokens reach the client after a write of logs, its ending after that.
 
 A transaction that fails fails everything in it: each waiter gets the `StoreUnavailable`, and a
 run whose events were in it fails too (its log could not be kept).
@@ -27,7 +27,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Container, Iterable, Sequence
 from typing import Any, Protocol
 
 from oars.errors import StoreUnavailable
@@ -67,8 +67,10 @@ class Kept:
     """One response's share of the writer: how much of its log is written, and whether a write
     of it failed. Its events are written only once its first write (`begun`) has landed."""
 
-    def __init__(self, running: Running, begun: asyncio.Future[None], *, logged: bool) -> None:
-        self.running, self.begun, self.logged = running, begun, logged
+    def __init__(
+        self, running: Running, begun: asyncio.Future[None], *, logged: bool, followed: bool
+    ) -> None:
+        self.running, self.begun, self.logged, self.followed = running, begun, logged, followed
         self.written = 0
         self.status = running.status
         self.error: StoreUnavailable | None = None
@@ -136,10 +138,12 @@ class Writer:
                 return True
         return False
 
-    def track(self, running: Running, begun: asyncio.Future[None], *, logged: bool) -> Kept:
+    def track(
+        self, running: Running, begun: asyncio.Future[None], *, logged: bool, followed: bool = False
+    ) -> Kept:
         """Follow a response whose first write is `begun`; with `logged`, write its events as
-        they come."""
-        kept = Kept(running, begun, logged=logged)
+        they come; `followed`: a stream reads them from the moment it is kept."""
+        kept = Kept(running, begun, logged=logged, followed=followed)
         if logged:
             self._running[kept] = None
             self._logs.wake()
@@ -188,7 +192,12 @@ class Writer:
         for kept, _, _ in ends:
             self._running.pop(kept, None)
         finished = [_with_tail(kept, done) for kept, done, _ in ends]
-        early = self._take_logs(kept for kept in self._early if kept in self._running)
+        # The events a new response has made while its first write waited go with that write:
+        # under load, a stream's first token waited for its row, then for a write of logs.
+        landing = {id(f) for _, f in begins}
+        first = [kept for kept in self._running if id(kept.begun) in landing]
+        waited = [kept for kept in self._early if kept in self._running]
+        early = self._take_logs([*waited, *first], landing)
         self._early = set()
         if not (begins or finished or early):
             return
@@ -203,14 +212,16 @@ class Writer:
         for future in futures:
             if not future.done():
                 future.set_result(None)
-        # Events made while their response's first write was in flight were left out of the
-        # logs' transactions. If a reader waits for them, the first line free writes them:
-        # the logs' is often in flight, and a stream's first token waited for it.
-        landed = {id(f) for _, f in begins}
+        # Events made while their response's first write was in flight were left out of it
+        # and of the logs' transactions. If a reader waits for them, or its stream is about to
+        # (it starts once the response is kept), the first line free writes them: they used
+        # to wait for the stream to ask, then for the logs' transaction in flight.
         self._early = {
             kept
             for kept in self._running
-            if id(kept.begun) in landed and kept.pending_count() and kept.running.log.waited
+            if id(kept.begun) in landing
+            and kept.pending_count()
+            and (kept.followed or kept.running.log.waited)
         }
         if self._early:
             self.hurry()
@@ -232,12 +243,16 @@ class Writer:
             with contextlib.suppress(StoreUnavailable):  # its runs fail (`Kept.check`)
                 await self._write_logs_with(Writes(), logs)
 
-    def _take_logs(self, kepts: Iterable[Kept]) -> list[tuple[Kept, Logged, int]]:
+    def _take_logs(
+        self, kepts: Iterable[Kept], landing: Container[int] = ()
+    ) -> list[tuple[Kept, Logged, int]]:
         """The events not written yet of those of `kepts` that no transaction in flight
-        carries, now in flight."""
+        carries, now in flight: of responses whose first write landed, or is in the same
+        transaction (`landing`: the ids of their `begun` futures)."""
         logs: list[tuple[Kept, Logged, int]] = []
         for kept in kepts:
-            if kept.ready and kept.error is None and kept not in self._logging:
+            first = kept.ready or id(kept.begun) in landing
+            if first and kept.error is None and kept not in self._logging:
                 due = kept.pending()
                 if due is not None:
                     logs.append((kept, *due))

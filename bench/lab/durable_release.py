@@ -10,11 +10,13 @@ event path are all there is to measure) at a fixed pace, with a SQLite file or a
 database; the two are run in rotation, and the table gives the median and p99 of the time to
 the first delta and of the gap between deltas, after against before.
 
-    python -m bench.lab.durable_release --before TREE --after TREE [--streams 1,64] [--reps 3]
-        [--store sqlite|postgresql://USER@HOST:PORT/DB]
+    python -m bench.lab.durable_release --before TREE|unheld --after TREE [--streams 1,64]
+        [--reps 3] [--store sqlite|postgresql://USER@HOST:PORT/DB]
 
 A tree is a checkout of oars (e.g. `git worktree add /tmp/before <commit>`); the server runs
-this file with that tree first on its path.
+this file with that tree first on its path. `--before unheld` is the tree after with its event
+logs never held (`EventLog.hold` a no-op): each event released as it is made, the logs written
+every 100 ms, as before the hold; so the two differ by the hold alone.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import argparse
 import asyncio
 import itertools
 import json
+import statistics
 import sys
 import tempfile
 import time
@@ -38,7 +41,7 @@ TOKENS = 60
 DELAY = 0.02  # 50 tokens a second a stream
 
 
-def serve(port: int, store: str, delay: float) -> None:
+def serve(port: int, store: str, delay: float, held: bool) -> None:
     import uvicorn
 
     from oars.http import create_app
@@ -46,17 +49,21 @@ def serve(port: int, store: str, delay: float) -> None:
     from oars.store import SqlStore
     from oars.testing import ScriptedEngine
 
+    if not held:
+        from oars.eventlog import EventLog
+
+        EventLog.hold = lambda self, wanted: None  # type: ignore[method-assign]
     engine = ScriptedEngine([f"w{i} " for i in range(TOKENS)], delay=delay)
     app = create_app(ResponsesService(engine), SqlStore(store))
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
 
 
-def _server(tree: Path, store: str) -> Server:
+def _server(tree: Path, store: str, *, held: bool = True) -> Server:
     """This file's `serve`, with `tree`'s oars first on the path."""
     from bench.servers import Server  # (not in `serve`: the tree before may have no such module)
 
     def command(port: int) -> list[str]:
-        return [sys.executable, __file__, "serve", str(port), store, str(DELAY)]
+        return [sys.executable, __file__, "serve", str(port), store, str(DELAY), str(int(held))]
 
     return Server(tree.name, command, env={"PYTHONPATH": str(tree)}, cwd=tree)
 
@@ -89,10 +96,10 @@ def _pct(values: list[float], q: float) -> float:
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "serve":
-        serve(int(sys.argv[2]), sys.argv[3], float(sys.argv[4]))
+        serve(int(sys.argv[2]), sys.argv[3], float(sys.argv[4]), sys.argv[5] == "1")
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--before", type=Path, required=True)
+    parser.add_argument("--before", required=True, help="a tree, or 'unheld'")
     parser.add_argument("--after", type=Path, required=True)
     parser.add_argument("--streams", default="1,64")
     parser.add_argument("--reps", type=int, default=3)
@@ -101,31 +108,37 @@ def main() -> None:
     from bench.servers import alternate
 
     folder = Path(tempfile.mkdtemp())
-    results: dict[tuple[str, int], tuple[list[float], list[float]]] = {}
-    trees = {"before": args.before, "after": args.after}
+    # each rep's first deltas and gaps, by side and number of streams
+    results: dict[tuple[str, int], list[tuple[list[float], list[float]]]] = {}
+    unheld = args.before == "unheld"
+    trees = {"before": args.after if unheld else Path(args.before), "after": args.after}
 
     def run(name: str, rep: int) -> None:
         store = f"sqlite:///{folder}/{name}.db" if args.store == "sqlite" else args.store
-        with _server(trees[name], store) as server:
+        with _server(trees[name], store, held=not (unheld and name == "before")) as server:
             for streams in map(int, args.streams.split(",")):
                 asyncio.run(_load(f"{server.base}/v1", streams))  # a warm-up
                 first, gaps = asyncio.run(_load(f"{server.base}/v1", streams))
-                kept = results.setdefault((name, streams), ([], []))
-                kept[0].extend(first)
-                kept[1].extend(gaps)
+                results.setdefault((name, streams), []).append((first, gaps))
         print(f"{name}, rep {rep + 1} of {args.reps} done", file=sys.stderr)
 
     alternate(["before", "after"], args.reps, run)
     rows = []
     for streams in map(int, args.streams.split(",")):
-        b_first, b_gaps = results[("before", streams)]
-        a_first, a_gaps = results[("after", streams)]
-        for label, b, a in (("first delta", b_first, a_first), ("between deltas", b_gaps, a_gaps)):
-            row = {"streams": streams, "measure": label}
+        for i, label in enumerate(("first delta", "between deltas")):
+            b_reps = [rep[i] for rep in results[("before", streams)]]
+            a_reps = [rep[i] for rep in results[("after", streams)]]
+            b = [v for rep in b_reps for v in rep]
+            a = [v for rep in a_reps for v in rep]
+            row: dict[str, object] = {"streams": streams, "measure": label}
             for q, name in ((0.5, "p50"), (0.9, "p90"), (0.99, "p99")):
                 row[f"{name} before ms"] = round(_pct(b, q), 1)
                 row[f"{name} after ms"] = round(_pct(a, q), 1)
             row["p99 after - before ms"] = round(_pct(a, 0.99) - _pct(b, 0.99), 1)
+            # rep by rep (rep i of each side ran side by side): the median and range
+            each = [_pct(y, 0.99) - _pct(x, 0.99) for x, y in zip(b_reps, a_reps, strict=True)]
+            row["reps' p99 after - before ms"] = round(statistics.median(each), 1)
+            row["reps' range"] = f"{min(each):.1f} to {max(each):.1f}"
             rows.append(row)
     print(json.dumps(rows, indent=1))
 

@@ -271,6 +271,76 @@ def test_events_made_before_the_first_write_landed_follow_it(store_url: str) -> 
     asyncio.run(go())
 
 
+def test_events_made_while_the_first_write_waits_go_with_it(store_url: str) -> None:
+    """Under load a new response's first write waits behind another: the events it makes
+    meanwhile go in the same transaction as its row, and reach its reader when that lands,
+    not a write of logs later."""
+    event = {"type": "response.output_text.delta", "sequence_number": 0, "delta": "a"}
+
+    def new(response_id: str) -> NewResponse:
+        stored = StoredResponse(_snapshot("in_progress", response_id), streamed=True, owner="r")
+        return NewResponse(stored, [])
+
+    async def go() -> None:
+        store = _Stepped(store_url)
+        await store.open()
+        writer = Writer(store, interval=60.0)
+        try:
+            writer.begin(new("resp_a"))
+            await store.started(1)  # in flight: resp_b's first write waits behind it
+            run = _Run("resp_b")
+            begun = writer.begin(new("resp_b"))
+            writer.track(run, begun, logged=True)
+            run.log.hold(writer.hurry)
+            run.log.append([event])
+            store.step("rows")
+            rows = await asyncio.wait_for(store.started(2), 5)
+            assert [n.response.id for n in rows.begun] == ["resp_b"]
+            assert [(b.response_id, list(b.events)) for b in rows.logged] == [("resp_b", [event])]
+            assert run.log.released == 0
+            store.step("rows")
+            await asyncio.wait_for(begun, 5)
+            assert run.log.released == 1 and len(store.taken) == 2
+            assert await store.events("resp_b", after=-1) == [event]
+        finally:
+            await writer.close()
+            await store.close()
+
+    asyncio.run(go())
+
+
+def test_a_streams_first_events_are_written_once_it_is_kept(store_url: str) -> None:
+    """A stream starts reading its response once it is kept: the events made while that first
+    write was in flight are written as it lands, before its reader has asked for them."""
+    event = {"type": "response.output_text.delta", "sequence_number": 0, "delta": "a"}
+
+    async def go() -> None:
+        store = _Stepped(store_url)
+        await store.open()
+        writer = Writer(store, interval=60.0)  # logs only when a client waits, or will
+        try:
+            run = _Run("resp_a")
+            stored = StoredResponse(_snapshot("in_progress", "resp_a"), streamed=True, owner="r")
+            begun = writer.begin(NewResponse(stored, []))
+            await store.started(1)
+            writer.track(run, begun, logged=True, followed=True)
+            run.log.hold(writer.hurry)
+            run.log.append([event])
+            await asyncio.sleep(0.01)  # (the logs' line has run: its next write is 60 s away)
+            store.step("rows")
+            await asyncio.wait_for(begun, 5)
+            logs = await asyncio.wait_for(store.started(2), 5)  # no reader has asked yet
+            assert [(b.response_id, list(b.events)) for b in logs.logged] == [("resp_a", [event])]
+            store.step("logs")
+            while run.log.released < 1:
+                await asyncio.sleep(0.001)
+        finally:
+            await writer.close()
+            await store.close()
+
+    asyncio.run(go())
+
+
 def test_the_lane_replaces_a_connection_the_server_closed(postgres_server: str) -> None:
     """PostgreSQL: the server closed the lane's connection while it was idle (a restart, an
     administrator): the next transaction begins on a new one, and lands whole."""
