@@ -35,6 +35,7 @@ from oars.store.transactions import (
     add_items,
     fail_orphan,
     on_tx,
+    one_statement,
     read_events,
     unavailable,
     write_transaction,
@@ -114,7 +115,8 @@ class SqlStore:
     async def write(self, writes: Writes) -> None:
         if self._lane is None:
             self._lane = lane_for(self.url)
-        await self._lane.transaction(write_transaction, writes)
+        run = self._lane.statement if one_statement(writes) else self._lane.transaction
+        await run(write_transaction, writes)
 
     @_guard
     async def get(self, response_id: str) -> StoredResponse | None:

@@ -141,6 +141,11 @@ def write_transaction(tx: Tx, writes: Writes) -> None:
         _end(tx, writes.finished)
 
 
+def one_statement(writes: Writes) -> bool:
+    """`write_transaction(writes)` runs a single statement: new events alone."""
+    return not (writes.begun or writes.finished) and all(m.snapshot is None for m in writes.logged)
+
+
 def _begin(tx: Tx, begun: Sequence[NewResponse]) -> None:
     now = time.time()
     tx.execute(

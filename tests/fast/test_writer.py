@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from sqlalchemy import text
 
 from oars.engines.base import Opened
@@ -341,9 +342,11 @@ def test_a_streams_first_events_are_written_once_it_is_kept(store_url: str) -> N
     asyncio.run(go())
 
 
-def test_the_lane_replaces_a_connection_the_server_closed(postgres_server: str) -> None:
+@pytest.mark.parametrize("then", ["ending", "log"])
+def test_the_lane_replaces_a_connection_the_server_closed(postgres_server: str, then: str) -> None:
     """PostgreSQL: the server closed the lane's connection while it was idle (a restart, an
-    administrator): the next transaction begins on a new one, and lands whole."""
+    administrator): the next write, a transaction (an ending) or a single statement (events
+    alone), runs on a new one, and lands whole."""
     event = {"type": "response.output_text.delta", "sequence_number": 0, "delta": "a"}
     url = new_database(postgres_server)
 
@@ -361,7 +364,11 @@ def test_the_lane_replaces_a_connection_the_server_closed(postgres_server: str) 
                     )
                 )
                 assert [row[0] for row in ended] == [True]  # the lane's connection
-            await _end_resp_1(store, event)
+            if then == "log":
+                await store.write(Writes((), [Logged("resp_1", [event])]))
+                assert await store.events("resp_1", after=-1) == [event]
+            else:
+                await _end_resp_1(store, event)
         finally:
             await store.close()
 
@@ -567,6 +574,34 @@ def test_a_transaction_the_database_refuses_is_unavailable_and_undone(store_url:
             assert await store.events("resp_1", after=-1) == []
             assert await store.get("resp_2") is None
             await _end_resp_1(store, event)
+        finally:
+            await store.close()
+
+    asyncio.run(go())
+
+
+def test_a_write_of_logs_alone_lands_whole_or_not_at_all(store_url: str) -> None:
+    """Events alone are one statement (on PostgreSQL sent without a transaction block): when
+    the database refuses one response's rows (here events it holds already), none of the
+    others' stay, and the lane goes on."""
+    event = {"type": "response.output_text.delta", "sequence_number": 0, "delta": "a"}
+    later = {**event, "sequence_number": 1}
+
+    async def go() -> None:
+        store = SqlStore(store_url)
+        await store.open()
+        try:
+            for response_id in ("resp_1", "resp_2"):
+                stored = StoredResponse(_snapshot("in_progress", response_id), owner="r")
+                await store.write(Writes([NewResponse(stored, [])]))
+            await store.write(Writes((), [Logged("resp_1", [event])]))
+            with pytest.raises(StoreUnavailable):
+                both = [Logged("resp_2", [event]), Logged("resp_1", [event])]
+                await store.write(Writes((), both))
+            assert await store.events("resp_2", after=-1) == []
+            await store.write(Writes((), [Logged("resp_2", [event]), Logged("resp_1", [later])]))
+            assert await store.events("resp_1", after=-1) == [event, later]
+            assert await store.events("resp_2", after=-1) == [event]
         finally:
             await store.close()
 
