@@ -1,4 +1,4 @@
-"""Stored state: responses, their items and event logs, conversations."""
+"""Stored state: responses, their items and event logs, conversations, files' rows."""
 
 from oars.store.base import (
     TERMINAL_STATUSES,
@@ -11,6 +11,7 @@ from oars.store.base import (
     Page,
     Reads,
     Store,
+    StoredFile,
     StoredResponse,
     Upkeep,
     Writes,
@@ -29,6 +30,7 @@ __all__ = [
     "Reads",
     "SqlStore",
     "Store",
+    "StoredFile",
     "StoredResponse",
     "Upkeep",
     "Writes",

@@ -1,19 +1,17 @@
 """The store on SQL: SQLite (the default, a file) or PostgreSQL (several replicas), one code path.
 
-`SqlStore` holds the reads and the conversations' create, update and delete; what the writer's
-group commit writes is `oars.store.transactions`, and where it runs is `oars.store.lanes`. JSON is
-kept as compact UTF-8 text (`oars.jsonfast`), read back as it was written. Every database failure
-becomes `StoreUnavailable` (503).
+`SqlStore` holds the reads and the conversations' create, update and delete, and files' rows
+(`oars.store.files`); what the writer's group commit writes is `oars.store.transactions`, and
+where it runs is `oars.store.lanes`. JSON is kept as compact UTF-8 text (`oars.jsonfast`), read
+back as it was written. Every database failure becomes `StoreUnavailable` (503).
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
 
 from sqlalchemy import and_, delete, insert, select, update
 from sqlalchemy.engine import make_url
@@ -22,6 +20,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from oars.errors import StoreUnavailable
 from oars.jsonfast import dumps
 from oars.store.base import Chain, Conversation, Json, Page, StoredResponse, Writes
+from oars.store.files import FileRows
 from oars.store.lanes import Lane, is_sqlite, lane_for, sql_engine
 from oars.store.schema import (
     conversation_items,
@@ -34,14 +33,11 @@ from oars.store.schema import (
 from oars.store.transactions import (
     add_items,
     fail_orphan,
+    guarded,
     on_tx,
     read_events,
-    unavailable,
     write_transaction,
 )
-
-P = ParamSpec("P")
-T = TypeVar("T")
 
 _UNFINISHED = ("queued", "in_progress")
 
@@ -60,17 +56,6 @@ def database_url(spec: str) -> str:
     return f"sqlite+aiosqlite:///{Path(spec).expanduser().resolve()}"
 
 
-def _guard(method: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Coroutine[Any, Any, T]]:
-    @functools.wraps(method)
-    async def guarded(*args: P.args, **kwargs: P.kwargs) -> T:
-        try:
-            return await method(*args, **kwargs)
-        except (SQLAlchemyError, OSError, TimeoutError, ConnectionError) as exc:
-            raise unavailable(exc) from exc
-
-    return guarded
-
-
 def _page(items: list[Json], *, after: str | None, limit: int | None, order: str) -> Page | None:
     if order == "desc":
         items = items[::-1]
@@ -84,7 +69,7 @@ def _page(items: list[Json], *, after: str | None, limit: int | None, order: str
     return Page(items[:limit], len(items) > limit)
 
 
-class SqlStore:
+class SqlStore(FileRows):
     """`Store` on SQLAlchemy's async engine (aiosqlite or asyncpg)."""
 
     def __init__(self, spec: str) -> None:
@@ -110,13 +95,13 @@ class SqlStore:
 
     # ---- responses ----------------------------------------------------------------------
 
-    @_guard
+    @guarded
     async def write(self, writes: Writes) -> None:
         if self._lane is None:
             self._lane = lane_for(self.url)
         await self._lane.transaction(write_transaction, writes)
 
-    @_guard
+    @guarded
     async def get(self, response_id: str) -> StoredResponse | None:
         async with self.engine.connect() as conn:
             row = (
@@ -134,7 +119,7 @@ class SqlStore:
             served_by=row.served_by,
         )
 
-    @_guard
+    @guarded
     async def recent(self, *, limit: int, tenant: str | None = None) -> list[Json]:
         query = (
             select(responses.c.snapshot)
@@ -147,7 +132,7 @@ class SqlStore:
             rows = (await conn.execute(query)).all()
         return [json.loads(row.snapshot) for row in rows]
 
-    @_guard
+    @guarded
     async def delete(self, response_id: str) -> bool:
         async with self.engine.begin() as conn:
             gone = await conn.execute(delete(responses).where(responses.c.id == response_id))
@@ -166,7 +151,7 @@ class SqlStore:
             )
             return [json.loads(r.item) for r in rows]
 
-    @_guard
+    @guarded
     async def input_items(
         self, response_id: str, *, after: str | None, limit: int, order: str
     ) -> Page | None:
@@ -175,7 +160,7 @@ class SqlStore:
         page = _page(await self._items(response_id, "input"), after=after, limit=limit, order=order)
         return page if page is not None else Page([], False)
 
-    @_guard
+    @guarded
     async def context(self, response_id: str) -> Chain | None:
         stored = await self.get(response_id)
         if stored is None:
@@ -183,7 +168,7 @@ class SqlStore:
         items = await self._items(response_id, "input") + await self._items(response_id, "output")
         return Chain(items, stored.served_by)
 
-    @_guard
+    @guarded
     async def find_items(
         self, item_ids: Sequence[str], *, tenant: str | None = None
     ) -> dict[str, Json]:
@@ -208,12 +193,12 @@ class SqlStore:
                     found.setdefault(row.item_id, json.loads(row.item))
         return found
 
-    @_guard
+    @guarded
     async def events(self, response_id: str, *, after: int) -> list[Json]:
         async with self.engine.connect() as conn:
             return await conn.run_sync(read_events, response_id, after)
 
-    @_guard
+    @guarded
     async def request_cancel(self, response_id: str) -> StoredResponse | None:
         async with self.engine.begin() as conn:
             await conn.execute(
@@ -223,7 +208,7 @@ class SqlStore:
             )
         return await self.get(response_id)
 
-    @_guard
+    @guarded
     async def heartbeat(
         self, owner: str, response_ids: Sequence[str], *, lease_seconds: float
     ) -> list[str]:
@@ -239,7 +224,7 @@ class SqlStore:
             )
             return [r.id for r in rows]
 
-    @_guard
+    @guarded
     async def fail_orphans(self, *, owner: str | None) -> list[str]:
         whose = (
             responses.c.owner == owner
@@ -263,7 +248,7 @@ class SqlStore:
 
     # ---- conversations ------------------------------------------------------------------
 
-    @_guard
+    @guarded
     async def create_conversation(self, conversation: Conversation, items: Sequence[Json]) -> None:
         async with self.engine.begin() as conn:
             await conn.execute(
@@ -276,7 +261,7 @@ class SqlStore:
             )
             await conn.run_sync(on_tx(add_items), conversation.id, items)
 
-    @_guard
+    @guarded
     async def get_conversation(self, conversation_id: str) -> Conversation | None:
         async with self.engine.connect() as conn:
             row = (
@@ -290,7 +275,7 @@ class SqlStore:
             row.id, row.created_at, json.loads(row.metadata), row.tenant, row.served_by
         )
 
-    @_guard
+    @guarded
     async def update_conversation(
         self, conversation_id: str, metadata: Mapping[str, str]
     ) -> Conversation | None:
@@ -302,7 +287,7 @@ class SqlStore:
             )
         return await self.get_conversation(conversation_id)
 
-    @_guard
+    @guarded
     async def delete_conversation(self, conversation_id: str) -> bool:
         async with self.engine.begin() as conn:
             gone = await conn.execute(
@@ -315,7 +300,7 @@ class SqlStore:
             )
         return bool(gone.rowcount)
 
-    @_guard
+    @guarded
     async def conversation_items(
         self,
         conversation_id: str,
@@ -336,7 +321,7 @@ class SqlStore:
         page = _page(items, after=after, limit=limit, order=order)
         return page if page is not None else Page([], False)
 
-    @_guard
+    @guarded
     async def add_conversation_items(self, conversation_id: str, items: Sequence[Json]) -> bool:
         async with self.engine.begin() as conn:
             exists = (
@@ -349,7 +334,7 @@ class SqlStore:
             await conn.run_sync(on_tx(add_items), conversation_id, items)
         return True
 
-    @_guard
+    @guarded
     async def get_conversation_item(self, conversation_id: str, item_id: str) -> Json | None:
         async with self.engine.connect() as conn:
             row = (
@@ -364,7 +349,7 @@ class SqlStore:
             ).first()
         return None if row is None else dict(json.loads(row.item))
 
-    @_guard
+    @guarded
     async def delete_conversation_item(self, conversation_id: str, item_id: str) -> bool:
         async with self.engine.begin() as conn:
             gone = await conn.execute(
