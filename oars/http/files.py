@@ -22,7 +22,7 @@ from oars.blobs import Blobs, Part
 from oars.errors import InvalidRequest, NotFound, RequestTimeout, StoreUnavailable, TooLarge
 from oars.files import new_file
 from oars.http.common import JSON, page_wire, path_id, query_choice, query_int, shared, view
-from oars.store import Reads, StoredFile
+from oars.store import FileQuery, Reads, StoredFile
 from oars.uploads import Form, FormReader
 
 log = logging.getLogger("oars.http")
@@ -165,13 +165,14 @@ async def delete(request: Request) -> Response:
 async def list_files(request: Request) -> Response:
     store, _ = _files(request)
     after = request.query_params.get("after")
-    page = await store.list_files(
-        after=after,
+    query = FileQuery(
         limit=query_int(request, "limit", _MAX_LIST, 1, _MAX_LIST),
         order=query_choice(request, "order", ("asc", "desc"), "desc"),
+        after=after,
         purpose=request.query_params.get("purpose"),
         now=int(time.time()),
     )
+    page = await store.list_files(query)
     if page is None:
         raise InvalidRequest(f"Invalid 'after': no file with id {after!r}.", param="after")
     return JSON(page_wire(page))

@@ -150,6 +150,18 @@ class StoredFile:
         }
 
 
+@dataclass(frozen=True)
+class FileQuery:
+    """A page of `GET /v1/files`: up to `limit` files not expired at `now`, in upload order
+    (`asc`) or its reverse, after the file `after`, of one `purpose` if given."""
+
+    limit: int
+    order: str = "desc"
+    after: str | None = None
+    purpose: str | None = None
+    now: int = 0
+
+
 class Reads(Protocol):
     """What a request may see and change of what is kept: responses, their items and logs, and
     conversations. This is what a tenant's view (`oars.store.tenant.Scoped`) wraps.
@@ -223,18 +235,9 @@ class Reads(Protocol):
         """A file's row, expired or not."""
         ...
 
-    async def list_files(
-        self,
-        *,
-        after: str | None,
-        limit: int,
-        order: str,
-        purpose: str | None,
-        now: int,
-        tenant: str | None = None,
-    ) -> Page | None:
-        """Up to `limit` files not expired at `now`, as the wire shows them, in upload order
-        (`asc`) or its reverse, after the file `after` (None: no such file of the tenant's)."""
+    async def list_files(self, query: FileQuery, *, tenant: str | None = None) -> Page | None:
+        """A page of files as the wire shows them (of one tenant, if given); None when
+        `query.after` is no file of the tenant's."""
         ...
 
     async def delete_file(self, file_id: str) -> bool: ...

@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, and_, delete, insert, or_, select, true, tuple_
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from oars.store.base import Page, StoredFile
+from oars.store.base import FileQuery, Page, StoredFile
 from oars.store.schema import files
 from oars.store.transactions import guarded
 
@@ -24,6 +24,9 @@ def _file(row: Any) -> StoredFile:
         row.expires_at,
         row.tenant,
     )
+
+
+_ORDER = (files.c.created_ns, files.c.id)  # upload order; the id breaks a tie
 
 
 class FileRows:
@@ -53,47 +56,28 @@ class FileRows:
         return None if row is None else _file(row)
 
     @guarded
-    async def list_files(
-        self,
-        *,
-        after: str | None,
-        limit: int,
-        order: str,
-        purpose: str | None,
-        now: int,
-        tenant: str | None = None,
-    ) -> Page | None:
+    async def list_files(self, query: FileQuery, *, tenant: str | None = None) -> Page | None:
         mine = files.c.tenant == tenant if tenant is not None else true()
         # as `StoredFile.expired`: past its `expires_at`, a file is gone
-        alive = or_(files.c.expires_at.is_(None), files.c.expires_at > now)
+        alive = or_(files.c.expires_at.is_(None), files.c.expires_at > query.now)
         where: list[ColumnElement[bool]] = [mine, alive]
-        if purpose is not None:
-            where.append(files.c.purpose == purpose)
-        key = tuple_(files.c.created_ns, files.c.id)
+        if query.purpose is not None:
+            where.append(files.c.purpose == query.purpose)
+        asc = query.order == "asc"
         async with self.engine.connect() as conn:
-            if after is not None:
+            if query.after is not None:
                 cursor = (
-                    await conn.execute(
-                        select(files.c.created_ns, files.c.id).where(
-                            and_(files.c.id == after, mine)
-                        )
-                    )
+                    await conn.execute(select(*_ORDER).where(and_(files.c.id == query.after, mine)))
                 ).first()
                 if cursor is None:
                     return None
-                mark = tuple_(cursor.created_ns, cursor.id)
-                where.append(key > mark if order == "asc" else key < mark)
-            ordered = (
-                (files.c.created_ns, files.c.id)
-                if order == "asc"
-                else (files.c.created_ns.desc(), files.c.id.desc())
-            )
-            rows = (
-                await conn.execute(
-                    select(files).where(and_(*where)).order_by(*ordered).limit(limit + 1)
-                )
-            ).all()
-        return Page([_file(row).wire() for row in rows[:limit]], len(rows) > limit)
+                mark = tuple_(*cursor)
+                where.append(tuple_(*_ORDER) > mark if asc else tuple_(*_ORDER) < mark)
+            order = _ORDER if asc else tuple(column.desc() for column in _ORDER)
+            statement = select(files).where(*where).order_by(*order).limit(query.limit + 1)
+            rows = (await conn.execute(statement)).all()
+        page = [_file(row).wire() for row in rows[: query.limit]]
+        return Page(page, len(rows) > query.limit)
 
     @guarded
     async def delete_file(self, file_id: str) -> bool:

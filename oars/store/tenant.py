@@ -11,7 +11,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from oars.store.base import Chain, Conversation, Json, Page, Reads, StoredFile, StoredResponse
+from oars.store.base import (
+    Chain,
+    Conversation,
+    FileQuery,
+    Json,
+    Page,
+    Reads,
+    StoredFile,
+    StoredResponse,
+)
 
 
 class Scoped:
@@ -126,19 +135,8 @@ class Scoped:
         found = await self.inner.get_file(file_id)
         return found if found is not None and found.tenant == self.tenant else None
 
-    async def list_files(
-        self,
-        *,
-        after: str | None,
-        limit: int,
-        order: str,
-        purpose: str | None,
-        now: int,
-        tenant: str | None = None,
-    ) -> Page | None:
-        return await self.inner.list_files(
-            after=after, limit=limit, order=order, purpose=purpose, now=now, tenant=self.tenant
-        )
+    async def list_files(self, query: FileQuery, *, tenant: str | None = None) -> Page | None:
+        return await self.inner.list_files(query, tenant=self.tenant)
 
     async def delete_file(self, file_id: str) -> bool:
         return await self.get_file(file_id) is not None and await self.inner.delete_file(file_id)

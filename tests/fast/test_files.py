@@ -22,7 +22,7 @@ from sqlalchemy import text, update
 from oars.http import create_app
 from oars.service import ResponsesService
 from oars.settings import Limits, ServerSettings
-from oars.store import SqlStore
+from oars.store import FileQuery, SqlStore
 from oars.store.schema import files
 from oars.testing import ScriptedEngine
 from tests.conftest import serving
@@ -53,9 +53,7 @@ def _rows(url: str) -> list[dict[str, Any]]:
         store = SqlStore(url)
         await store.open()
         try:
-            page = await store.list_files(
-                after=None, limit=10_000, order="asc", purpose=None, now=0
-            )
+            page = await store.list_files(FileQuery(10_000, "asc"))
         finally:
             await store.close()
         assert page is not None
