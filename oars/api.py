@@ -1,6 +1,6 @@
 """Wire shapes: every route's request and response types, for the OpenAPI document.
 
-The Responses, Chat Completions and Conversations shapes are the openai SDK's own types: the ones the stream
+The Responses, Chat Completions, Conversations and Files shapes are the openai SDK's own types: the ones the stream
 validator checks each event and final object against (`oars.validator`) and the ones the SDKs
 parse our answers with. What OpenAI's API has no type for (the error body, `/health`, a deleted
 response, the model list) is declared here, and the handlers build their answers from it.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from openai.types import Model
+from openai.types import FileDeleted, FileObject, FilePurpose, Model
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.chat import CompletionCreateParams as ChatCompletionCreateParams
 from openai.types.conversations import (
@@ -33,7 +33,7 @@ from openai.types.responses import (
     ResponseUsage,
 )
 from openai.types.responses import ResponseCompactParams as CompactParams
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 __all__ = [
     "AnthropicError",
@@ -52,6 +52,11 @@ __all__ = [
     "ConversationItemList",
     "ConversationUpdateParams",
     "ErrorBody",
+    "FileDeleted",
+    "FileList",
+    "FileObject",
+    "FilePurpose",
+    "FileUpload",
     "Health",
     "InputTokenCountParams",
     "InputTokenCountResponse",
@@ -153,6 +158,28 @@ class ModelList(BaseModel):
     object: Literal["list"]
     data: list[CatalogModel]
     models: list[CodexModel]
+
+
+class FileUpload(BaseModel):
+    """`POST /v1/files`' multipart/form-data body, as the SDK sends it: a nested object's
+    fields as `name[key]` (the SDK has a TypedDict for it, which is not a form)."""
+
+    file: bytes
+    purpose: FilePurpose
+    expires_after_anchor: Literal["created_at"] | None = Field(None, alias="expires_after[anchor]")
+    expires_after_seconds: int | None = Field(
+        None, alias="expires_after[seconds]", ge=3600, le=2_592_000
+    )
+
+
+class FileList(BaseModel):
+    """`GET /v1/files`' page (the SDK reads it as a cursor page, and has no type for it)."""
+
+    object: Literal["list"]
+    data: list[FileObject]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
 
 
 class ResponseList(BaseModel):

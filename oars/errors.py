@@ -75,10 +75,9 @@ class TooLarge(ClientError):
 
     status = 413
 
-    def __init__(self, limit: int):
+    def __init__(self, limit: int, what: str = "The request body"):
         super().__init__(
-            f"The request body is over this server's limit of {limit} bytes.",
-            code="request_too_large",
+            f"{what} is over this server's limit of {limit} bytes.", code="request_too_large"
         )
 
 

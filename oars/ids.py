@@ -5,8 +5,9 @@ from __future__ import annotations
 import secrets
 
 
-def new_id(prefix: str) -> str:
-    return f"{prefix}_{secrets.token_hex(24)}"
+def new_id(prefix: str, sep: str = "_") -> str:
+    """`resp_…`; OpenAI's files are `file-…` (`sep="-"`)."""
+    return f"{prefix}{sep}{secrets.token_hex(24)}"
 
 
 MAX_ID_LENGTH = 200  # what the store keeps for any id

@@ -98,7 +98,7 @@ def serve(
     if worker is not None:
         replica = f"{replica}/{worker}"
     here = dataclasses.replace(server, replica=replica, api_keys=tuple(keys))
-    app = create_app(service, store, settings=here, metrics=metrics)
+    app = create_app(service, store, settings=here, metrics=metrics, files=home / "files")
     where = "nothing stored" if store is None else f"store {_redacted(spec)}, replica {replica}"
     print(
         f"oars: serving {', '.join(engines)} on http://{server.host}:{server.port}/v1 ({where})",

@@ -232,7 +232,14 @@ class Limits:
         env="MAX_BODY_BYTES",
         parse=int,
     )
-    body_seconds: float = 60.0  # to send the body (408 past it)
+    body_seconds: float = 60.0  # to send the body (408 past it); an upload's, between chunks
+    max_file_bytes: int = setting(
+        512 * 2**20,
+        "--max-file-bytes",
+        "largest file POST /v1/files accepts, streamed to disk (413 past it)",
+        env="MAX_FILE_BYTES",
+        parse=int,
+    )
     max_output_tokens: int | None = setting(
         None,
         "--max-output-tokens",

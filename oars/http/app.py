@@ -2,7 +2,7 @@
 
 Route handlers are module-level functions; what they share (the runs, the store) is on
 `app.state.oars`. Handlers for responses are in `oars.http.responses`, conversations in
-`oars.http.conversations`.
+`oars.http.conversations`, files in `oars.http.files`.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import secrets
 import socket
 import time
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -26,8 +27,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from oars import api, catalog, logs
+from oars.blobs import Blobs
 from oars.errors import ClientError, EngineError, NotFound, StoreUnavailable
-from oars.http import chat, conversations, messages, pages, responses, websocket
+from oars.http import chat, conversations, files, messages, pages, responses, websocket
 from oars.http.common import JSON, Shared, shared
 from oars.http.messages import anthropic_path
 from oars.http.openapi import Endpoint, Param, docs_page, document_bytes
@@ -161,7 +163,14 @@ _RETRIEVE = [
     ),
 ]
 _CONVERSATION_ITEM = "/v1/conversations/{conversation_id}/items/{item_id}"
-R, CHAT, MSG, C, OPS = "responses", "chat", "messages", "conversations", "operator"
+_FILE = "/v1/files/{file_id}"
+_FILES_PAGE = [
+    Param("after", "query", {"type": "string"}, "list after this id"),
+    Param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 10000}),
+    Param("order", "query", {"type": "string", "enum": ["asc", "desc"]}),
+    Param("purpose", "query", {"type": "string"}, "only files of this purpose"),
+]
+R, CHAT, MSG, C, F, OPS = "responses", "chat", "messages", "conversations", "files", "operator"
 
 ENDPOINTS = (
     Endpoint(
@@ -335,6 +344,35 @@ ENDPOINTS = (
         returns=api.Conversation,
     ),
     Endpoint(
+        "POST",
+        "/v1/files",
+        files.create,
+        "Upload a file (multipart/form-data: `file`, `purpose`, `expires_after`), streamed to disk",
+        F,
+        api.FileUpload,
+        api.FileObject,
+        body_media="multipart/form-data",
+    ),
+    Endpoint(
+        "GET",
+        "/v1/files",
+        files.list_files,
+        "List files",
+        F,
+        returns=api.FileList,
+        query=_FILES_PAGE,
+    ),
+    Endpoint("GET", _FILE, files.retrieve, "Retrieve a file", F, returns=api.FileObject),
+    Endpoint(
+        "GET",
+        f"{_FILE}/content",
+        files.content,
+        "A file's bytes",
+        F,
+        returns="application/octet-stream",
+    ),
+    Endpoint("DELETE", _FILE, files.delete, "Delete a file", F, returns=api.FileDeleted),
+    Endpoint(
         "GET", "/v1/models", list_models, "List the models served", OPS, returns=api.ModelList
     ),
     Endpoint(
@@ -399,10 +437,13 @@ def create_app(
     *,
     settings: ServerSettings | None = None,
     metrics: Metrics | None = None,
+    files: Path | None = None,
 ) -> Starlette:
     """`store` None: nothing is kept (`store` is echoed false; stored-state endpoints 404).
     `settings` None: every field's default, and a replica name of its own. `metrics`: where
-    the engines already report (`oars.serve.observe`), or None for a fresh registry."""
+    the engines already report (`oars.serve.observe`), or None for a fresh registry. `files`:
+    the folder of uploaded files' bytes (`OARS_HOME/files`), or None: the Files API is off
+    (a 400), as it is without a store."""
     settings = settings or ServerSettings()
     limits = settings.limits
     metrics = metrics or Metrics()
@@ -440,7 +481,8 @@ def create_app(
         Exception: _server_error,
     }
     app = Starlette(routes=[*ROUTES, *SOCKETS], exception_handlers=handlers, lifespan=lifespan)  # type: ignore[arg-type]
-    app.state.oars = Shared(service, int(time.time()), metrics, limits, runs)
+    blobs = Blobs(files) if files is not None else None
+    app.state.oars = Shared(service, int(time.time()), metrics, limits, runs, blobs)
     if settings.api_keys:
         public = frozenset(f"/{name}" for name in settings.public)
         app.add_middleware(Auth, keys=settings.api_keys, public=public | _PAGES)

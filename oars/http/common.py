@@ -14,6 +14,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from oars.blobs import Blobs
 from oars.errors import EngineError, InvalidRequest, NotFound, RequestTimeout, TooLarge
 from oars.events import Event
 from oars.ids import is_id
@@ -40,6 +41,7 @@ class Shared:
     metrics: Metrics
     limits: Limits
     _runs: Runs
+    blobs: Blobs | None = None  # uploaded files' bytes (`/v1/files`); None: no files kept
 
     def tenant(self, tenant: str) -> Tenant:
         return Tenant(self._runs, tenant)

@@ -43,6 +43,7 @@ class Endpoint:
     tag: str
     body: Any = None  # a type, or a media type string for a raw body
     returns: Any = None  # a type, or a media type string (text, HTML)
+    body_media: str = "application/json"  # how a typed body is sent (or multipart/form-data)
     streams: bool = False  # may answer text/event-stream events
     events: Any = api.ResponseStreamEvent  # the type of a streamed event's `data`
     done: bool = False  # the stream ends with `data: [DONE]` (Chat Completions' last line)
@@ -68,10 +69,12 @@ def _path_params(path: str) -> list[Param]:
     return [Param(name, "path", {"type": "string"}) for name in names]
 
 
-def _content(kind: Any, schemas: dict[Any, dict[str, Any]]) -> dict[str, Any]:
+def _content(
+    kind: Any, schemas: dict[Any, dict[str, Any]], media: str = "application/json"
+) -> dict[str, Any]:
     if isinstance(kind, str):
         return {kind: {"schema": {"type": "string"}}}
-    return {"application/json": {"schema": schemas[kind]}}
+    return {media: {"schema": schemas[kind]}}
 
 
 def _operation(e: Endpoint, schemas: dict[Any, dict[str, Any]]) -> dict[str, Any]:
@@ -89,7 +92,10 @@ def _operation(e: Endpoint, schemas: dict[Any, dict[str, Any]]) -> dict[str, Any
             for p in params
         ]
     if e.body is not None:
-        op["requestBody"] = {"required": True, "content": _content(e.body, schemas)}
+        op["requestBody"] = {
+            "required": True,
+            "content": _content(e.body, schemas, e.body_media),
+        }
     ok: dict[str, Any] = {"description": "OK"}
     if e.returns is not None:
         ok["content"] = _content(e.returns, schemas)

@@ -1,9 +1,10 @@
-"""Stored state: responses, their items and event logs, conversations."""
+"""Stored state: responses, their items and event logs, conversations, files' rows."""
 
 from oars.store.base import (
     TERMINAL_STATUSES,
     Chain,
     Conversation,
+    FileQuery,
     Finished,
     Json,
     Logged,
@@ -11,6 +12,7 @@ from oars.store.base import (
     Page,
     Reads,
     Store,
+    StoredFile,
     StoredResponse,
     Upkeep,
     Writes,
@@ -21,6 +23,7 @@ __all__ = [
     "TERMINAL_STATUSES",
     "Chain",
     "Conversation",
+    "FileQuery",
     "Finished",
     "Json",
     "Logged",
@@ -29,6 +32,7 @@ __all__ = [
     "Reads",
     "SqlStore",
     "Store",
+    "StoredFile",
     "StoredResponse",
     "Upkeep",
     "Writes",

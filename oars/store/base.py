@@ -1,4 +1,4 @@
-"""What oars keeps: responses, their items and event logs, and conversations.
+"""What oars keeps: responses, their items and event logs, conversations, and files' rows.
 
 The `Store` protocol is the whole seam, in two halves: `Reads` (what a request sees, through its
 tenant's view) and `Upkeep` (what the replica does); `oars.store.sql` implements it for SQLite and
@@ -116,6 +116,52 @@ class Conversation:
         }
 
 
+@dataclass(frozen=True)
+class StoredFile:
+    """An uploaded file's row (its bytes are on disk, `oars.blobs`)."""
+
+    id: str
+    bytes: int
+    created_ns: int  # the list's order; `created_at` is its seconds
+    filename: str
+    purpose: str
+    expires_at: int | None = None
+    tenant: str = ""
+
+    @property
+    def created_at(self) -> int:
+        return self.created_ns // 1_000_000_000
+
+    def expired(self, now: float) -> bool:
+        """Past its `expires_at`: gone for every use (the store's list leaves it out too)."""
+        return self.expires_at is not None and self.expires_at <= now
+
+    def wire(self) -> Json:
+        return {
+            "id": self.id,
+            "object": "file",
+            "bytes": self.bytes,
+            "created_at": self.created_at,
+            "filename": self.filename,
+            "purpose": self.purpose,
+            "status": "processed",
+            "expires_at": self.expires_at,
+            "status_details": None,
+        }
+
+
+@dataclass(frozen=True)
+class FileQuery:
+    """A page of `GET /v1/files`: up to `limit` files not expired at `now`, in upload order
+    (`asc`) or its reverse, after the file `after`, of one `purpose` if given."""
+
+    limit: int
+    order: str = "desc"
+    after: str | None = None
+    purpose: str | None = None
+    now: int = 0
+
+
 class Reads(Protocol):
     """What a request may see and change of what is kept: responses, their items and logs, and
     conversations. This is what a tenant's view (`oars.store.tenant.Scoped`) wraps.
@@ -178,6 +224,23 @@ class Reads(Protocol):
     async def get_conversation_item(self, conversation_id: str, item_id: str) -> Json | None: ...
 
     async def delete_conversation_item(self, conversation_id: str, item_id: str) -> bool: ...
+
+    # ---- files --------------------------------------------------------------------------
+
+    async def create_file(self, file: StoredFile) -> None:
+        """Keep a file's row (its bytes are already in place)."""
+        ...
+
+    async def get_file(self, file_id: str) -> StoredFile | None:
+        """A file's row, expired or not."""
+        ...
+
+    async def list_files(self, query: FileQuery, *, tenant: str | None = None) -> Page | None:
+        """A page of files as the wire shows them (of one tenant, if given); None when
+        `query.after` is no file of the tenant's."""
+        ...
+
+    async def delete_file(self, file_id: str) -> bool: ...
 
 
 class Upkeep(Protocol):

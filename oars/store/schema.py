@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     Column,
     Connection,
@@ -89,6 +90,21 @@ conversation_items = Table(
 )
 Index("conversation_items_by_id", conversation_items.c.item_id)
 
+# Uploaded files: the row only (the bytes are `oars.blobs`', on disk), written once the bytes are.
+files = Table(
+    "files",
+    metadata,
+    Column("id", _ID, primary_key=True),
+    Column("tenant", String(64), nullable=False),
+    # nanoseconds, so that a list's order is the uploads' order (`created_at` is its seconds)
+    Column("created_ns", BigInteger, nullable=False),
+    Column("expires_at", Integer),  # seconds; null: kept until deleted
+    Column("bytes", BigInteger, nullable=False),
+    Column("filename", Text, nullable=False),
+    Column("purpose", String(32), nullable=False),
+)
+Index("files_by_tenant", files.c.tenant, files.c.created_ns)
+
 
 def _v1(conn: Connection) -> None:
     metadata.create_all(conn, checkfirst=True)
@@ -129,8 +145,13 @@ def _v4(conn: Connection) -> None:
         conn.execute(text("DROP TABLE response_events"))
 
 
+def _v5(conn: Connection) -> None:
+    """Uploaded files (`/v1/files`): a row each, listed by tenant in upload order."""
+    files.create(conn, checkfirst=True)  # with its index
+
+
 # Step N brings the schema from version N-1 to N. Append; never edit a released step.
-STEPS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4]
+STEPS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5]
 
 
 async def upgrade(engine: AsyncEngine) -> int:

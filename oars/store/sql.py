@@ -1,19 +1,17 @@
 """The store on SQL: SQLite (the default, a file) or PostgreSQL (several replicas), one code path.
 
-`SqlStore` holds the reads and the conversations' create, update and delete; what the writer's
-group commit writes is `oars.store.transactions`, and where it runs is `oars.store.lanes`. JSON is
-kept as compact UTF-8 text (`oars.jsonfast`), read back as it was written. Every database failure
-becomes `StoreUnavailable` (503).
+`SqlStore` holds the reads and the conversations' create, update and delete, and files' rows
+(`oars.store.files`); what the writer's group commit writes is `oars.store.transactions`, and
+where it runs is `oars.store.lanes`. JSON is kept as compact UTF-8 text (`oars.jsonfast`), read
+back as it was written. Every database failure becomes `StoreUnavailable` (503).
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
 
 from sqlalchemy import and_, delete, insert, select, update
 from sqlalchemy.engine import make_url
@@ -22,6 +20,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from oars.errors import StoreUnavailable
 from oars.jsonfast import dumps
 from oars.store.base import Chain, Conversation, Json, Page, StoredResponse, Writes
+from oars.store.files import FileRows
 from oars.store.lanes import Lane, is_sqlite, lane_for, sql_engine
 from oars.store.schema import (
     conversation_items,
@@ -34,15 +33,12 @@ from oars.store.schema import (
 from oars.store.transactions import (
     add_items,
     fail_orphan,
+    guarded,
     on_tx,
     one_statement,
     read_events,
-    unavailable,
     write_transaction,
 )
-
-P = ParamSpec("P")
-T = TypeVar("T")
 
 _UNFINISHED = ("queued", "in_progress")
 
@@ -61,17 +57,6 @@ def database_url(spec: str) -> str:
     return f"sqlite+aiosqlite:///{Path(spec).expanduser().resolve()}"
 
 
-def _guard(method: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Coroutine[Any, Any, T]]:
-    @functools.wraps(method)
-    async def guarded(*args: P.args, **kwargs: P.kwargs) -> T:
-        try:
-            return await method(*args, **kwargs)
-        except (SQLAlchemyError, OSError, TimeoutError, ConnectionError) as exc:
-            raise unavailable(exc) from exc
-
-    return guarded
-
-
 def _page(items: list[Json], *, after: str | None, limit: int | None, order: str) -> Page | None:
     if order == "desc":
         items = items[::-1]
@@ -85,7 +70,7 @@ def _page(items: list[Json], *, after: str | None, limit: int | None, order: str
     return Page(items[:limit], len(items) > limit)
 
 
-class SqlStore:
+class SqlStore(FileRows):
     """`Store` on SQLAlchemy's async engine (aiosqlite or asyncpg)."""
 
     def __init__(self, spec: str) -> None:
@@ -111,14 +96,14 @@ class SqlStore:
 
     # ---- responses ----------------------------------------------------------------------
 
-    @_guard
+    @guarded
     async def write(self, writes: Writes) -> None:
         if self._lane is None:
             self._lane = lane_for(self.url)
         run = self._lane.statement if one_statement(writes) else self._lane.transaction
         await run(write_transaction, writes)
 
-    @_guard
+    @guarded
     async def get(self, response_id: str) -> StoredResponse | None:
         async with self.engine.connect() as conn:
             row = (
@@ -136,7 +121,7 @@ class SqlStore:
             served_by=row.served_by,
         )
 
-    @_guard
+    @guarded
     async def recent(self, *, limit: int, tenant: str | None = None) -> list[Json]:
         query = (
             select(responses.c.snapshot)
@@ -149,7 +134,7 @@ class SqlStore:
             rows = (await conn.execute(query)).all()
         return [json.loads(row.snapshot) for row in rows]
 
-    @_guard
+    @guarded
     async def delete(self, response_id: str) -> bool:
         async with self.engine.begin() as conn:
             gone = await conn.execute(delete(responses).where(responses.c.id == response_id))
@@ -168,7 +153,7 @@ class SqlStore:
             )
             return [json.loads(r.item) for r in rows]
 
-    @_guard
+    @guarded
     async def input_items(
         self, response_id: str, *, after: str | None, limit: int, order: str
     ) -> Page | None:
@@ -177,7 +162,7 @@ class SqlStore:
         page = _page(await self._items(response_id, "input"), after=after, limit=limit, order=order)
         return page if page is not None else Page([], False)
 
-    @_guard
+    @guarded
     async def context(self, response_id: str) -> Chain | None:
         stored = await self.get(response_id)
         if stored is None:
@@ -185,7 +170,7 @@ class SqlStore:
         items = await self._items(response_id, "input") + await self._items(response_id, "output")
         return Chain(items, stored.served_by)
 
-    @_guard
+    @guarded
     async def find_items(
         self, item_ids: Sequence[str], *, tenant: str | None = None
     ) -> dict[str, Json]:
@@ -210,12 +195,12 @@ class SqlStore:
                     found.setdefault(row.item_id, json.loads(row.item))
         return found
 
-    @_guard
+    @guarded
     async def events(self, response_id: str, *, after: int) -> list[Json]:
         async with self.engine.connect() as conn:
             return await conn.run_sync(read_events, response_id, after)
 
-    @_guard
+    @guarded
     async def request_cancel(self, response_id: str) -> StoredResponse | None:
         async with self.engine.begin() as conn:
             await conn.execute(
@@ -225,7 +210,7 @@ class SqlStore:
             )
         return await self.get(response_id)
 
-    @_guard
+    @guarded
     async def heartbeat(
         self, owner: str, response_ids: Sequence[str], *, lease_seconds: float
     ) -> list[str]:
@@ -241,7 +226,7 @@ class SqlStore:
             )
             return [r.id for r in rows]
 
-    @_guard
+    @guarded
     async def fail_orphans(self, *, owner: str | None) -> list[str]:
         whose = (
             responses.c.owner == owner
@@ -265,7 +250,7 @@ class SqlStore:
 
     # ---- conversations ------------------------------------------------------------------
 
-    @_guard
+    @guarded
     async def create_conversation(self, conversation: Conversation, items: Sequence[Json]) -> None:
         async with self.engine.begin() as conn:
             await conn.execute(
@@ -278,7 +263,7 @@ class SqlStore:
             )
             await conn.run_sync(on_tx(add_items), conversation.id, items)
 
-    @_guard
+    @guarded
     async def get_conversation(self, conversation_id: str) -> Conversation | None:
         async with self.engine.connect() as conn:
             row = (
@@ -292,7 +277,7 @@ class SqlStore:
             row.id, row.created_at, json.loads(row.metadata), row.tenant, row.served_by
         )
 
-    @_guard
+    @guarded
     async def update_conversation(
         self, conversation_id: str, metadata: Mapping[str, str]
     ) -> Conversation | None:
@@ -304,7 +289,7 @@ class SqlStore:
             )
         return await self.get_conversation(conversation_id)
 
-    @_guard
+    @guarded
     async def delete_conversation(self, conversation_id: str) -> bool:
         async with self.engine.begin() as conn:
             gone = await conn.execute(
@@ -317,7 +302,7 @@ class SqlStore:
             )
         return bool(gone.rowcount)
 
-    @_guard
+    @guarded
     async def conversation_items(
         self,
         conversation_id: str,
@@ -338,7 +323,7 @@ class SqlStore:
         page = _page(items, after=after, limit=limit, order=order)
         return page if page is not None else Page([], False)
 
-    @_guard
+    @guarded
     async def add_conversation_items(self, conversation_id: str, items: Sequence[Json]) -> bool:
         async with self.engine.begin() as conn:
             exists = (
@@ -351,7 +336,7 @@ class SqlStore:
             await conn.run_sync(on_tx(add_items), conversation_id, items)
         return True
 
-    @_guard
+    @guarded
     async def get_conversation_item(self, conversation_id: str, item_id: str) -> Json | None:
         async with self.engine.connect() as conn:
             row = (
@@ -366,7 +351,7 @@ class SqlStore:
             ).first()
         return None if row is None else dict(json.loads(row.item))
 
-    @_guard
+    @guarded
     async def delete_conversation_item(self, conversation_id: str, item_id: str) -> bool:
         async with self.engine.begin() as conn:
             gone = await conn.execute(

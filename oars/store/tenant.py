@@ -1,8 +1,8 @@
 """One tenant's view of a store: what another API key made does not exist here.
 
-Every read checks the owner (a response's or conversation's `tenant`) and answers as if the
-object were missing; a conversation created here is marked with the tenant (a response carries
-its own to the writer). Without API keys every request is the tenant '', which owns what was
+Every read checks the owner (a response's, conversation's or file's `tenant`) and answers as if
+the object were missing; a conversation or file created here is marked with the tenant (a
+response carries its own to the writer). Without API keys every request is the tenant '', which owns what was
 stored without keys (all of it, before keys).
 """
 
@@ -11,11 +11,20 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from oars.store.base import Chain, Conversation, Json, Page, Reads, StoredResponse
+from oars.store.base import (
+    Chain,
+    Conversation,
+    FileQuery,
+    Json,
+    Page,
+    Reads,
+    StoredFile,
+    StoredResponse,
+)
 
 
 class Scoped:
-    """The `Reads` of a store limited to `tenant`'s responses and conversations. The store's
+    """The `Reads` of a store limited to `tenant`'s responses, conversations and files. The store's
     upkeep (connecting, the writer's transactions, leases, orphans) is the replica's, not a
     tenant's: it is not here."""
 
@@ -116,6 +125,21 @@ class Scoped:
         if await self._my_conversation(conversation_id) is None:
             return False
         return await self.inner.delete_conversation_item(conversation_id, item_id)
+
+    # ---- files --------------------------------------------------------------------------
+
+    async def create_file(self, file: StoredFile) -> None:
+        await self.inner.create_file(replace(file, tenant=self.tenant))
+
+    async def get_file(self, file_id: str) -> StoredFile | None:
+        found = await self.inner.get_file(file_id)
+        return found if found is not None and found.tenant == self.tenant else None
+
+    async def list_files(self, query: FileQuery, *, tenant: str | None = None) -> Page | None:
+        return await self.inner.list_files(query, tenant=self.tenant)
+
+    async def delete_file(self, file_id: str) -> bool:
+        return await self.get_file(file_id) is not None and await self.inner.delete_file(file_id)
 
 
 def scoped(store: Reads, tenant: str) -> Reads:

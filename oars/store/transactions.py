@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Any, ParamSpec, TypeVar
 
 from sqlalchemy import (
     ClauseElement,
@@ -28,6 +28,7 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import BindParameter
 
@@ -43,12 +44,26 @@ from oars.store.schema import (
     responses,
 )
 
+P = ParamSpec("P")
 T = TypeVar("T")
 
 
 def unavailable(exc: Exception) -> StoreUnavailable:
     """What a database failure becomes: the store is unavailable (503)."""
     return StoreUnavailable(f"The response store is unavailable: {type(exc).__name__}")
+
+
+def guarded(method: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Coroutine[Any, Any, T]]:
+    """A store method whose database failures are `unavailable`."""
+
+    @functools.wraps(method)
+    async def guard(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return await method(*args, **kwargs)
+        except (SQLAlchemyError, OSError, TimeoutError, ConnectionError) as exc:
+            raise unavailable(exc) from exc
+
+    return guard
 
 
 class Tx:

@@ -25,7 +25,7 @@ from oars.validator import parse_sse
 
 def _app(tmp_path: Path) -> Any:
     service = ResponsesService(ScriptedEngine(), sealer=Sealer(b"2" * 43 + b"="))
-    return create_app(service, SqlStore(str(tmp_path / "o.db")))
+    return create_app(service, SqlStore(str(tmp_path / "o.db")), files=tmp_path / "files")
 
 
 async def _calls(app: Any) -> tuple[dict[str, Any], list[tuple[str, str, httpx.Response]]]:
@@ -89,6 +89,15 @@ async def _calls(app: Any) -> tuple[dict[str, Any], list[tuple[str, str, httpx.R
             await call("GET", item, f"/v1/conversations/{cid}/items/{iid}")
             await call("DELETE", item, f"/v1/conversations/{cid}/items/{iid}")
             await call("DELETE", base, f"/v1/conversations/{cid}")
+            upload = {"file": ("a.txt", b"some text")}
+            made = await call("POST", "/v1/files", data={"purpose": "user_data"}, files=upload)
+            await call("POST", "/v1/files", data={"purpose": "nope"}, files=upload)
+            await call("GET", "/v1/files", params={"limit": 5, "order": "asc"})
+            fid, file = made.json()["id"], "/v1/files/{file_id}"
+            await call("GET", file, f"/v1/files/{fid}")
+            await call("GET", f"{file}/content", f"/v1/files/{fid}/content")
+            await call("DELETE", file, f"/v1/files/{fid}")
+            await call("GET", file, f"/v1/files/{fid}")
             for route in ("/v1/models", "/health", "/metrics", "/docs", "/", "/oars/responses"):
                 await call("GET", route)
             await call("GET", "/v1/models/{model}", "/v1/models/scripted")
@@ -116,7 +125,7 @@ def test_the_document_is_openapi_3_1_and_has_every_route(tmp_path: Path) -> None
     }
     documented = {(m.upper(), p) for p, ops in doc["paths"].items() for m in ops}
     assert served == documented
-    assert len(served) == 28
+    assert len(served) == 33
 
 
 def test_every_answer_matches_the_document(tmp_path: Path) -> None:
