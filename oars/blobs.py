@@ -4,7 +4,8 @@ An upload is written under a temporary name in that folder (`.part-…`, so the 
 one file system) and renamed to its id only once it is whole and on disk: nothing reads part of
 one. The store's row comes after the rename and goes before the removal (`oars.http.files`), so
 a row always names bytes that are there. What a crash leaves (a `.part-…`, or bytes without a
-row) is never served; the sweeper to come removes it.
+row) is never served; the sweeper (`oars.sweeper`) removes a `.part-…` nothing has written to
+for an hour.
 
 The methods do blocking I/O: callers on the event loop run the slow ones (`Part.write`,
 `Part.keep`, reads) in a thread.
@@ -77,6 +78,17 @@ class Blobs:
 
     def remove(self, file_id: str) -> None:
         self.path(file_id).unlink(missing_ok=True)
+
+    def drop_parts(self, before: float) -> int:
+        """Remove the uploads last written to before `before` (a time.time()): what a crash
+        or a lost upload left. How many went."""
+        dropped = 0
+        for path in self.folder.glob(".part-*"):
+            with contextlib.suppress(FileNotFoundError):  # (kept or discarded meanwhile)
+                if path.stat().st_mtime < before:
+                    path.unlink()
+                    dropped += 1
+        return dropped
 
 
 def _sync_folder(folder: Path) -> None:

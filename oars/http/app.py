@@ -39,6 +39,7 @@ from oars.runs import Runs
 from oars.service import ResponsesService
 from oars.settings import ServerSettings
 from oars.store import Store
+from oars.sweeper import Sweeper
 
 log = logging.getLogger("oars.http")
 access = logging.getLogger("oars.access")
@@ -461,13 +462,20 @@ def create_app(
     if service.toolboxes is not None:
         service.toolboxes.observe = metrics.mcp_call
 
+    blobs = Blobs(files) if files is not None else None
+    sweeper = Sweeper(store, blobs) if store is not None and blobs is not None else None
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await runs.open()
         await service.open()
+        if sweeper is not None:
+            sweeper.start()
         try:
             yield
         finally:
+            if sweeper is not None:
+                await sweeper.close()
             await runs.close()
             await service.aclose()
             if store is not None:
@@ -481,7 +489,6 @@ def create_app(
         Exception: _server_error,
     }
     app = Starlette(routes=[*ROUTES, *SOCKETS], exception_handlers=handlers, lifespan=lifespan)  # type: ignore[arg-type]
-    blobs = Blobs(files) if files is not None else None
     app.state.oars = Shared(service, int(time.time()), metrics, limits, runs, blobs)
     if settings.api_keys:
         public = frozenset(f"/{name}" for name in settings.public)

@@ -267,6 +267,10 @@ class Upkeep(Protocol):
         """Fail unfinished responses whose lease ran out (or all of `owner`'s); return their ids."""
         ...
 
+    async def expired_files(self, now: float, *, limit: int) -> list[str]:
+        """Up to `limit` ids of files past their `expires_at` at `now` (any tenant's)."""
+        ...
+
     async def close(self) -> None: ...
 
 

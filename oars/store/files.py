@@ -80,6 +80,13 @@ class FileRows:
         return Page(page, len(rows) > query.limit)
 
     @guarded
+    async def expired_files(self, now: float, *, limit: int) -> list[str]:
+        past = and_(files.c.expires_at.is_not(None), files.c.expires_at <= now)
+        async with self.engine.connect() as conn:
+            rows = await conn.execute(select(files.c.id).where(past).limit(limit))
+        return [row.id for row in rows]
+
+    @guarded
     async def delete_file(self, file_id: str) -> bool:
         async with self.engine.begin() as conn:
             gone = await conn.execute(delete(files).where(files.c.id == file_id))

@@ -356,3 +356,44 @@ def test_a_store_of_the_version_before_files_gains_them(tmp_path: Path) -> None:
         # the SDK's FilePurpose, which its FileObject does not list
         assert made.model_dump()["purpose"] == "evals"
         assert client.files.content(made.id).content == b"new"
+
+
+def test_the_sweeper_removes_expired_files_and_abandoned_uploads(
+    store_url: str, tmp_path: Path
+) -> None:
+    """A round of the sweeper at a time past one file's `expires_at` deletes its row, then its
+    bytes; a file that has not expired stays whole; an upload nothing has written to for an
+    hour (a crash's leftover) goes, one being written stays."""
+    import os
+
+    from oars.blobs import Blobs
+    from oars.sweeper import STALE_PART, Sweeper
+
+    folder = tmp_path / "files"
+    with _server(store_url, folder) as base, _sdk(base) as client:
+        policy: Any = {"anchor": "created_at", "seconds": 3600}
+        doomed = client.files.create(file=b"doomed", purpose="user_data", expires_after=policy)
+        kept = client.files.create(file=b"kept", purpose="user_data")
+    blobs = Blobs(folder)
+    abandoned, live = blobs.begin(), blobs.begin()
+    abandoned.write(b"half")
+    old = time.time() - STALE_PART - 60
+    os.utime(abandoned.path, (old, old))
+
+    async def sweep(now: float) -> int:
+        store = SqlStore(store_url)
+        await store.open()
+        try:
+            return await Sweeper(store, blobs).sweep(now)
+        finally:
+            await store.close()
+
+    assert asyncio.run(sweep(time.time())) == 0  # nothing has expired yet
+    assert sorted(f["id"] for f in _rows(store_url)) == sorted([doomed.id, kept.id])
+    assert not abandoned.path.exists() and live.path.exists()
+
+    live.discard()
+    assert asyncio.run(sweep(time.time() + 3601)) == 1
+    assert [f["id"] for f in _rows(store_url)] == [kept.id]
+    assert _on_disk(folder) == [kept.id]
+    abandoned.discard()  # (closes it: it is gone already)
