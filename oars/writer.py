@@ -12,10 +12,11 @@ one transaction (a group commit), in two lines that write side by side (two conn
   only what the store has, so these are on every streamed token's way. In one line with the
   rows, they waited behind endings (64 streams ending together took 15-25 ms on PostgreSQL,
   their logs 2-3 ms) and a stream's last delta waited for its ending.
-A response's first write carries the events it has made by then; its logs start once that write
-has landed (the events made meanwhile, if a reader waits, with whichever line is free first),
-and its ending waits for the transaction that carries its events (or is about to, a reader
-waiting): its last tokens reach the client after a write of logs, its ending after that.
+A response's first write carries the events it has made by then, and those made meanwhile
+follow it in the rows' line before a stream that reads it is told it is kept; its other logs
+start once that write has landed, and its ending waits for the transaction that carries its
+events (or is about to, a reader waiting): its last tokens reach the client after a write of
+logs, its ending after that.
 
 A transaction that fails fails everything in it: each waiter gets the `StoreUnavailable`, and a
 run whose events were in it fails too (its log could not be kept).
@@ -115,7 +116,6 @@ class Writer:
         self._ends: list[tuple[Kept, Finished, asyncio.Future[None]]] = []
         self._running: dict[Kept, None] = {}  # responses whose log is written as it grows
         self._logging: set[Kept] = set()  # those whose events are in a transaction in flight
-        self._early: set[Kept] = set()  # first events a reader waits for: either line takes them
         self._next_log = 0.0
         self._logs = _Task(self._write_logs, "store writer: logs", self._log_wait)
         self._rows = _Task(self._write_rows, "store writer: rows")
@@ -195,37 +195,35 @@ class Writer:
         # The events a new response has made while its first write waited go with that write:
         # under load, a stream's first token waited for its row, then for a write of logs.
         landing = {id(f) for _, f in begins}
-        first = [kept for kept in self._running if id(kept.begun) in landing]
-        waited = [kept for kept in self._early if kept in self._running]
-        early = self._take_logs([*waited, *first], landing)
-        self._early = set()
-        if not (begins or finished or early):
+        first = self._take_logs((k for k in self._running if id(k.begun) in landing), landing)
+        if not (begins or finished or first):
             return
-        futures = [f for _, f in begins] + [f for _, _, f in ends]
         try:
-            await self._write_logs_with(Writes([n for n, _ in begins], (), finished), early)
+            await self._write_logs_with(Writes([n for n, _ in begins], (), finished), first)
         except StoreUnavailable as error:  # its waiters get the error
-            for future in futures:
+            for future in [f for _, f in begins] + [f for _, _, f in ends]:
                 if not future.done():
                     future.set_exception(error)
             return
-        for future in futures:
+        for _, _, future in ends:
             if not future.done():
                 future.set_result(None)
-        # Events made while their response's first write was in flight were left out of it
-        # and of the logs' transactions. If a reader waits for them, or its stream is about to
-        # (it starts once the response is kept), the first line free writes them: they used
-        # to wait for the stream to ask, then for the logs' transaction in flight.
-        self._early = {
+        # Those made while it was in flight are written before their stream is told the
+        # response is kept (it starts reading then): it reads them with the first. They used
+        # to follow in a write of their own, with the loop busy starting every stream whose
+        # response was in the same transaction, and each stream then read twice.
+        late = [
             kept
             for kept in self._running
-            if id(kept.begun) in landing
-            and kept.pending_count()
-            and (kept.followed or kept.running.log.waited)
-        }
-        if self._early:
-            self.hurry()
-            self._rows.wake()
+            if id(kept.begun) in landing and (kept.followed or kept.running.log.waited)
+        ]
+        late_logs = self._take_logs(late, landing)
+        if late_logs:
+            with contextlib.suppress(StoreUnavailable):  # its runs fail (`Kept.check`)
+                await self._write_logs_with(Writes(), late_logs)
+        for _, future in begins:
+            if not future.done():
+                future.set_result(None)
 
     async def _write_logs(self) -> None:
         try:

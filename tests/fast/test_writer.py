@@ -311,9 +311,10 @@ def test_events_made_while_the_first_write_waits_go_with_it(store_url: str) -> N
     asyncio.run(go())
 
 
-def test_a_streams_first_events_are_written_once_it_is_kept(store_url: str) -> None:
+def test_a_streams_first_events_are_written_before_it_is_told_it_is_kept(store_url: str) -> None:
     """A stream starts reading its response once it is kept: the events made while that first
-    write was in flight are written as it lands, before its reader has asked for them."""
+    write was in flight are written as it lands, before the stream is told, so that it starts
+    with them."""
     event = {"type": "response.output_text.delta", "sequence_number": 0, "delta": "a"}
 
     async def go() -> None:
@@ -330,12 +331,13 @@ def test_a_streams_first_events_are_written_once_it_is_kept(store_url: str) -> N
             run.log.append([event])
             await asyncio.sleep(0.01)  # (the logs' line has run: its next write is 60 s away)
             store.step("rows")
-            await asyncio.wait_for(begun, 5)
-            logs = await asyncio.wait_for(store.started(2), 5)  # no reader has asked yet
+            logs = await asyncio.wait_for(store.started(2), 5)  # no reader has asked
             assert [(b.response_id, list(b.events)) for b in logs.logged] == [("resp_a", [event])]
+            await asyncio.sleep(0.01)
+            assert not begun.done()
             store.step("logs")
-            while run.log.released < 1:
-                await asyncio.sleep(0.001)
+            await asyncio.wait_for(begun, 5)
+            assert run.log.released == 1
         finally:
             await writer.close()
             await store.close()
