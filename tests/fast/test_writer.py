@@ -175,17 +175,13 @@ def test_logs_and_rows_are_written_side_by_side(store_url: str) -> None:
     def delta(n: int) -> dict[str, Any]:
         return {"type": "response.output_text.delta", "sequence_number": n, "delta": f"d{n}"}
 
-    def new(response_id: str) -> NewResponse:
-        stored = StoredResponse(_snapshot("in_progress", response_id), streamed=True, owner="r")
-        return NewResponse(stored, [])
-
     async def go() -> None:
         store = _Stepped(store_url)
         await store.open()
         writer = Writer(store, interval=60.0)  # logs only when a client waits for them
         try:
             runs = {name: _Run(f"resp_{name}") for name in ("a", "b")}
-            begun = {name: writer.begin(new(run.id)) for name, run in runs.items()}
+            begun = {name: writer.begin(_new(run.id)) for name, run in runs.items()}
             store.step("rows")
             kept = {}
             for name, run in runs.items():
@@ -208,7 +204,7 @@ def test_logs_and_rows_are_written_side_by_side(store_url: str) -> None:
 
             done = Finished("resp_b", _snapshot("completed", "resp_b"), [delta(1)])
             ending = asyncio.create_task(writer.finish(kept["b"], done))
-            new_c = writer.begin(new("resp_c"))
+            new_c = writer.begin(_new("resp_c"))
             rows = await store.started(3)  # the new response, not resp_b's ending yet
             assert [n.response.id for n in rows.begun] == ["resp_c"] and not rows.finished
             await asyncio.sleep(0.01)
@@ -249,8 +245,7 @@ def test_events_made_before_the_first_write_landed_follow_it(store_url: str) -> 
         writer = Writer(store, interval=60.0)
         try:
             run = _Run("resp_a")
-            stored = StoredResponse(_snapshot("in_progress", "resp_a"), streamed=True, owner="r")
-            begun = writer.begin(NewResponse(stored, []))
+            begun = writer.begin(_new("resp_a"))
             await store.started(1)
             writer.track(run, begun, logged=True)
             run.log.hold(writer.hurry)
@@ -279,19 +274,15 @@ def test_events_made_while_the_first_write_waits_go_with_it(store_url: str) -> N
     not a write of logs later."""
     event = {"type": "response.output_text.delta", "sequence_number": 0, "delta": "a"}
 
-    def new(response_id: str) -> NewResponse:
-        stored = StoredResponse(_snapshot("in_progress", response_id), streamed=True, owner="r")
-        return NewResponse(stored, [])
-
     async def go() -> None:
         store = _Stepped(store_url)
         await store.open()
         writer = Writer(store, interval=60.0)
         try:
-            writer.begin(new("resp_a"))
+            writer.begin(_new("resp_a"))
             await store.started(1)  # in flight: resp_b's first write waits behind it
             run = _Run("resp_b")
-            begun = writer.begin(new("resp_b"))
+            begun = writer.begin(_new("resp_b"))
             writer.track(run, begun, logged=True)
             run.log.hold(writer.hurry)
             run.log.append([event])
@@ -323,8 +314,7 @@ def test_a_streams_first_events_are_written_before_it_is_told_it_is_kept(store_u
         writer = Writer(store, interval=60.0)  # logs only when a client waits, or will
         try:
             run = _Run("resp_a")
-            stored = StoredResponse(_snapshot("in_progress", "resp_a"), streamed=True, owner="r")
-            begun = writer.begin(NewResponse(stored, []))
+            begun = writer.begin(_new("resp_a"))
             await store.started(1)
             writer.track(run, begun, logged=True, followed=True)
             run.log.hold(writer.hurry)
@@ -545,6 +535,12 @@ def test_one_transaction_ends_many_responses(store_url: str) -> None:
 
 def _snapshot(status: str, response_id: str = "resp_1") -> dict[str, Any]:
     return {"id": response_id, "created_at": 1, "status": status, "output": []}
+
+
+def _new(response_id: str) -> NewResponse:
+    """A streamed response that starts now."""
+    stored = StoredResponse(_snapshot("in_progress", response_id), streamed=True, owner="r")
+    return NewResponse(stored, [])
 
 
 async def _end_resp_1(store: SqlStore, event: dict[str, Any]) -> None:
