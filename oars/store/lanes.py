@@ -207,14 +207,6 @@ def _sqlite_transaction(
     return (result,)
 
 
-def _new_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
-
-
 class PostgresLane:
     """PostgreSQL's lane: a thread running an event loop of its own, with connections of the
     driver's (asyncpg) on it, one a transaction in flight (the writer has two lines,
@@ -232,7 +224,7 @@ class PostgresLane:
 
     def __init__(self, url: str) -> None:
         self.dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-        self.loop = _new_loop()
+        self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="store writes")
         self.thread.daemon = True
         self.thread.start()
