@@ -66,7 +66,7 @@ class Running(Protocol):
 
 class Kept:
     """One response's share of the writer: how much of its log is written, and whether a write
-    of it failed. Its events are written only once its first write (`begun`) has landed."""
+    of it failed. Its events are written with its first write (`begun`) or after it."""
 
     def __init__(
         self, running: Running, begun: asyncio.Future[None], *, logged: bool, followed: bool
