@@ -51,7 +51,7 @@ def _expires_at(fields: Mapping[str, str], created_at: int) -> int | None:
         raise InvalidRequest(
             "Invalid 'expires_after.anchor': expected 'created_at'.", param="expires_after.anchor"
         )
-    value = int(seconds) if seconds is not None and seconds.strip().isdigit() else -1
+    value = int(seconds) if seconds is not None and seconds.strip().isdecimal() else -1
     if not MIN_EXPIRY <= value <= MAX_EXPIRY:
         raise InvalidRequest(
             f"Invalid 'expires_after.seconds': expected an integer from {MIN_EXPIRY} to "

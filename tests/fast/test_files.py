@@ -210,6 +210,7 @@ _EXPIRY_CASES = [
     ({"expires_after[anchor]": "created_at", "expires_after[seconds]": "2592001"}, "seconds"),
     ({"expires_after[anchor]": "created_at", "expires_after[seconds]": "-5"}, "seconds"),
     ({"expires_after[anchor]": "created_at", "expires_after[seconds]": "1e4"}, "seconds"),
+    ({"expires_after[anchor]": "created_at", "expires_after[seconds]": "3600\u00b2"}, "seconds"),
 ]
 _TRUNCATED = (
     b'--XyZ\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nuser_data\r\n'
