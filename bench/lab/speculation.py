@@ -112,7 +112,7 @@ def loaders_module() -> str:
 
 def file_listing() -> str:
     paths = [f"src/shop/{n}/{part}.py" for n in NOUNS for part in ("models", "service", "views")]
-    return "\n".join(paths + [f"tests/{n}/test_{n}_service.py" for n in NOUNS])
+    return "\n".join(paths + [f"checks/{n}/test_{n}_service.py" for n in NOUNS])
 
 
 PATHS = {
