@@ -235,8 +235,8 @@ def test_logs_and_rows_are_written_side_by_side(store_url: str) -> None:
 
 def test_events_made_before_the_first_write_landed_follow_it(store_url: str) -> None:
     """A stream's first events come while its response's first write is in flight (the engine
-    answers meanwhile): they cannot be logged before it lands, and go in the logs' next
-    transaction once it has, not an interval later."""
+    answers meanwhile): they cannot be logged before it lands, and go in a write of logs as
+    soon as it has (before its waiters are told), not an interval later."""
     event = {"type": "response.output_text.delta", "sequence_number": 0, "delta": "a"}
 
     async def go() -> None:
