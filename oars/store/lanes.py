@@ -63,20 +63,23 @@ class SqliteLane:
     driver's that never waits for SQLite's lock: a new response's row, a round of logs or an
     ending is 0.1-1 ms of CPU there (`bench.lab.store_writes`), where a thread of its own made each of
     its statements wait for the GIL behind the loop (at 64 paced streams, 6-19 ms at p99 for a
-    new response's 0.3 ms of work). When another connection holds the lock (the serving
-    engine's, whose transactions the loop itself drives, or another process's), the transaction
-    goes to the lane's thread instead, which waits for the lock: the loop never does. Each takes
-    the lock as it begins (`BEGIN IMMEDIATE`): what it reads, no other connection changes
-    before it commits.
+    new response's 0.3 ms of work). When another connection holds the lock (the thread's, the
+    serving engine's, or another process's), the loop tries again a few turns later
+    (`_BUSY_PAUSES`, 15 ms in all), and only then sends the transaction to the lane's thread,
+    which waits for the lock: the loop never does. A transaction sent there at once held the
+    lock across its statements' waits for the GIL, 10-25 ms under load, while every held log
+    waited (`oars.eventlog`). Each takes the lock as it begins (`BEGIN IMMEDIATE`): what it
+    reads, no other connection changes before it commits.
 
     The loop does not wait for the disk either. Its connection never checkpoints the WAL (a
     checkpoint writes and syncs the database file); the thread does, at most every
-    `_CHECKPOINT_SECONDS`, without holding writers back, and the transaction after a complete
-    checkpoint (the one that starts the WAL over, and syncs its header) runs on the thread too.
-    If the WAL still holds more than `_WAL_FRAMES` after a checkpoint (a reader or a writer
-    kept it from starting over), the thread waits for it to start over, writers held back, for
-    at most `_RESTART_WAIT_MS`, and not again for `_RESTART_SECONDS` (a reader that lasts, a
-    backup say, must not hold the writes back again and again)."""
+    `_CHECKPOINT_SECONDS`, and starts the WAL over itself (the write that does so syncs the
+    WAL's header), each step one statement: the lock is held inside SQLite alone, never across a
+    wait for the GIL, and writers are held back only while the frames they added during the
+    checkpoint are copied. A reader that keeps the WAL from starting over is waited for only
+    once the WAL holds more than `_WAL_FRAMES`, for at most `_RESTART_WAIT_MS`, and not again
+    for `_RESTART_SECONDS` (a reader that lasts, a backup say, must not hold the writes back
+    again and again)."""
 
     def __init__(self, url: str) -> None:
         self.path = str(make_url(url).database)
@@ -86,11 +89,11 @@ class SqliteLane:
         self._in_thread = 0  # transactions sent to the thread, not done yet
         self._checkpointed = time.monotonic()
         self._restarted = 0.0
-        self._starts_over = False  # set on the thread: the next transaction starts the WAL over
 
     async def transaction(self, work: Callable[..., T], *args: Any) -> T:
-        # after transactions on the thread: they land in the order asked
-        if not self._in_thread and not self._starts_over:
+        for pause in (*_BUSY_PAUSES, None):
+            if self._in_thread:  # after transactions on the thread: they land in the order asked
+                break
             if self._loop_conn is None:
                 self._loop_conn = _sqlite_connect(self.path, on_loop=True)
             done = _sqlite_transaction(self._loop_conn, work, args, wait=False)
@@ -99,6 +102,8 @@ class SqliteLane:
                     self._checkpointed = time.monotonic()
                     self.thread.submit(self._checkpoint)
                 return done[0]
+            if pause is not None:
+                await asyncio.sleep(pause)
         loop = asyncio.get_running_loop()
         sent = self.thread.submit(self.run, work, *args)
         self._in_thread += 1  # until it has run, even if its caller stops waiting
@@ -116,7 +121,6 @@ class SqliteLane:
         """A transaction of `work`'s on the lane's thread, waiting for SQLite's lock."""
         done = _sqlite_transaction(self._on_thread(), work, args, wait=True)
         assert done is not None
-        self._starts_over = False
         return done[0]
 
     def _on_thread(self) -> sqlite3.Connection:
@@ -128,19 +132,28 @@ class SqliteLane:
         # each statement read to its end: one left open would keep the WAL from starting over
         try:
             conn = self._on_thread()
-            [(_, frames, copied)] = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-            wait = time.monotonic() - self._restarted >= _RESTART_SECONDS
-            if frames > _WAL_FRAMES and wait:
-                self._restarted = time.monotonic()
-                conn.execute(f"PRAGMA busy_timeout={_RESTART_WAIT_MS}").fetchall()
-                try:
-                    [(_, frames, copied)] = conn.execute(
-                        "PRAGMA wal_checkpoint(RESTART)"
-                    ).fetchall()
-                finally:
-                    conn.execute(f"PRAGMA busy_timeout={_BUSY_MS}").fetchall()
-            if frames and copied == frames:
-                self._starts_over = True
+            # Most of the WAL is copied here, writers going on. They go on writing meanwhile
+            # (a checkpoint takes 20-60 ms under load), so the WAL would not start over: what
+            # they add is copied next, holding them back (SQLite's RESTART), and only if no
+            # reader keeps it (waiting for readers at most `_RESTART_WAIT_MS` when the WAL
+            # is past `_WAL_FRAMES`, not again for `_RESTART_SECONDS`; no wait otherwise).
+            [(_, frames, _)] = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            if not frames:
+                return
+            wait = 0
+            if frames > _WAL_FRAMES and time.monotonic() - self._restarted >= _RESTART_SECONDS:
+                self._restarted, wait = time.monotonic(), _RESTART_WAIT_MS
+            conn.execute(f"PRAGMA busy_timeout={wait}").fetchall()
+            try:
+                [(busy, _, _)] = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
+            finally:
+                conn.execute(f"PRAGMA busy_timeout={_BUSY_MS}").fetchall()
+            if not busy:
+                # The next write starts the WAL over (and syncs its header): this one, of the
+                # user version, which oars uses for nothing else (writing what a page holds
+                # already writes nothing). One statement: the lock is held in SQLite alone.
+                [(version,)] = conn.execute("PRAGMA user_version").fetchall()
+                conn.execute(f"PRAGMA user_version = {(version + 1) % 2**31}").fetchall()
         except (sqlite3.Error, StoreUnavailable) as exc:  # the next may do; writes go on
             log.warning("could not checkpoint the store's WAL: %s", exc)
 
@@ -157,6 +170,7 @@ class SqliteLane:
 
 
 _CHECKPOINT_SECONDS = 1.0
+_BUSY_PAUSES = (0.001, 0.002, 0.004, 0.008)  # seconds the loop waits before trying the lock again
 _WAL_FRAMES = 4000  # pages: 16 MB of 4 KB ones
 _RESTART_WAIT_MS = 20
 _RESTART_SECONDS = 10.0

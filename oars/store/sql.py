@@ -37,6 +37,7 @@ from oars.store.transactions import (
     on_tx,
     one_statement,
     read_events,
+    renew_leases,
     write_transaction,
 )
 
@@ -98,10 +99,14 @@ class SqlStore(FileRows):
 
     @guarded
     async def write(self, writes: Writes) -> None:
+        lane = self._the_lane()
+        run = lane.statement if one_statement(writes) else lane.transaction
+        await run(write_transaction, writes)
+
+    def _the_lane(self) -> Lane:
         if self._lane is None:
             self._lane = lane_for(self.url)
-        run = self._lane.statement if one_statement(writes) else self._lane.transaction
-        await run(write_transaction, writes)
+        return self._lane
 
     @guarded
     async def get(self, response_id: str) -> StoredResponse | None:
@@ -216,15 +221,11 @@ class SqlStore(FileRows):
     ) -> list[str]:
         if not response_ids:
             return []
-        mine = and_(responses.c.id.in_(list(response_ids)), responses.c.owner == owner)
-        async with self.engine.begin() as conn:
-            await conn.execute(
-                update(responses).where(mine).values(lease_until=time.time() + lease_seconds)
-            )
-            rows = await conn.execute(
-                select(responses.c.id).where(and_(mine, responses.c.cancel_requested))
-            )
-            return [r.id for r in rows]
+        # In the writer's lane: through the engine, on SQLite, it held the lock across the
+        # loop's turns (each statement a hop to its thread and back), and every held log
+        # (`oars.eventlog`) waited meanwhile.
+        until = time.time() + lease_seconds
+        return await self._the_lane().transaction(renew_leases, owner, response_ids, until)
 
     @guarded
     async def fail_orphans(self, *, owner: str | None) -> list[str]:

@@ -246,12 +246,17 @@ def _kept(tx: Tx, ids: Sequence[str]) -> dict[str, str | None]:
     `_KEPT_BATCH` of them at once, not a round trip each (an ending of 64 responses paid 64)."""
     found: dict[str, str | None] = {}
     for start in range(0, len(ids), _KEPT_BATCH):
-        batch = list(ids[start : start + _KEPT_BATCH])
-        size = 1 << (len(batch) - 1).bit_length()  # a few statements' shapes, compiled once
-        batch += batch[-1:] * (size - len(batch))  # (the same id again finds the same row)
+        batch = _padded(ids[start : start + _KEPT_BATCH])
         params = {f"_id{i}": response_id for i, response_id in enumerate(batch)}
-        found.update((row[0], row[1]) for row in tx.execute(_kept_statement(size), params))
+        found.update((row[0], row[1]) for row in tx.execute(_kept_statement(len(batch)), params))
     return found
+
+
+def _padded(ids: Sequence[str]) -> list[str]:
+    """`ids` (one or more) to a power of two, the last repeated (the same id again finds the
+    same row): a few statements' shapes, each compiled once."""
+    size = 1 << (len(ids) - 1).bit_length()
+    return [*ids, *[ids[-1]] * (size - len(ids))]
 
 
 @functools.cache
@@ -261,6 +266,34 @@ def _kept_statement(size: int) -> Select[tuple[str, str | None]]:
 
 
 _KEPT_BATCH = 64
+
+
+def renew_leases(tx: Tx, owner: str, ids: Sequence[str], until: float) -> list[str]:
+    """Renew `owner`'s leases on `ids` (to `until`); those of them a client asked to cancel."""
+    if not ids:
+        return []
+    tx.execute(
+        _RENEW, [{"_id": response_id, "_owner": owner, "_until": until} for response_id in ids]
+    )
+    wanted: list[str] = []
+    for start in range(0, len(ids), _KEPT_BATCH):
+        batch = _padded(ids[start : start + _KEPT_BATCH])
+        params = {f"_id{i}": response_id for i, response_id in enumerate(batch)}
+        params["_owner"] = owner
+        wanted += [row[0] for row in tx.execute(_cancel_statement(len(batch)), params)]
+    return list(dict.fromkeys(wanted))
+
+
+@functools.cache
+def _cancel_statement(size: int) -> Select[tuple[str]]:
+    ids: list[BindParameter[str]] = [bindparam(f"_id{i}") for i in range(size)]
+    return select(responses.c.id).where(
+        and_(
+            responses.c.id.in_(ids),
+            responses.c.owner == bindparam("_owner"),
+            responses.c.cancel_requested,
+        )
+    )
 
 
 def read_events(conn: Connection, response_id: str, after: int) -> list[Json]:
@@ -315,6 +348,11 @@ def add_items(tx: Tx, conversation_id: str, items: Sequence[Json]) -> None:
 _INSERT_RESPONSES = insert(responses)
 _INSERT_ITEMS = insert(response_items)
 _INSERT_LOGS = insert(response_logs)
+_RENEW = (
+    update(responses)
+    .where(and_(responses.c.id == bindparam("_id"), responses.c.owner == bindparam("_owner")))
+    .values(lease_until=bindparam("_until"))
+)
 _DELETE_OUTPUTS = delete(response_items).where(
     and_(
         response_items.c.response_id == bindparam("_id"),
