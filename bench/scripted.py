@@ -16,6 +16,7 @@ import uvicorn
 
 from oars.http import create_app
 from oars.mcp.config import McpConfig
+from oars.serve import settle_heap
 from oars.service import ResponsesService
 from oars.store import SqlStore
 from oars.testing import ScriptedEngine
@@ -38,6 +39,7 @@ def main() -> None:
         engine.script = lambda request: [answer] if request.after_tool_output else [call]
         toolboxes = ToolboxFactory(McpConfig.of(allow=["http://127.0.0.1"]))
     app = create_app(ResponsesService(engine, toolboxes=toolboxes), SqlStore(args.store))
+    settle_heap()  # as `oars serve` does
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
 
 

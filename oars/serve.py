@@ -146,15 +146,20 @@ def _introduce(
     print(f"oars: {_access(server, keys)}", flush=True)
 
 
+def settle_heap() -> None:
+    """Take what is loaded by now (modules, the vocabulary tables, the app), which lives as long
+    as the process, out of the collector's sight: a full collection walking it took 90-160 ms,
+    a pause of every stream whenever one came."""
+    gc.collect()
+    gc.freeze()
+
+
 def _listen(
     app: Callable[..., Awaitable[None]], server: ServerSettings, listener: socket.socket | None
 ) -> None:
     import uvicorn
 
-    # What is loaded by now (modules, the vocabulary tables) lives as long as the process. A
-    # full collection walking it took ~90 ms, a pause of every stream whenever one came.
-    gc.collect()
-    gc.freeze()
+    settle_heap()
     # logging is set up above: uvicorn adds none of its own, and oars.access logs requests
     # a WebSocket frame may be as large as an HTTP body (a create with a long history)
     config = uvicorn.Config(

@@ -45,6 +45,7 @@ def serve(port: int, store: str, delay: float, held: bool) -> None:
     import uvicorn
 
     from oars.http import create_app
+    from oars.serve import settle_heap
     from oars.service import ResponsesService
     from oars.store import SqlStore
     from oars.testing import ScriptedEngine
@@ -55,6 +56,7 @@ def serve(port: int, store: str, delay: float, held: bool) -> None:
         EventLog.hold = lambda self, wanted: None  # type: ignore[method-assign]
     engine = ScriptedEngine([f"w{i} " for i in range(TOKENS)], delay=delay)
     app = create_app(ResponsesService(engine), SqlStore(store))
+    settle_heap()  # as `oars serve` does: a full collection paused every stream 160 ms
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
 
 
