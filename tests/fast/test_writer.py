@@ -810,3 +810,29 @@ def _old_json(event: dict[str, Any]) -> str:
     import json
 
     return json.dumps(event)  # as schema 3 kept it: ASCII, escapes and all
+
+
+def test_a_heartbeat_renews_its_own_leases_and_names_the_cancelled(store_url: str) -> None:
+    """The replica that runs a response renews its lease and learns which of its responses a
+    client asked to cancel (from any replica); another owner's rows are left as they were."""
+
+    async def go() -> None:
+        store = SqlStore(store_url)
+        await store.open()
+        try:
+            mine = [_new(f"resp_{i}") for i in range(3)]
+            theirs = StoredResponse(_snapshot("in_progress", "resp_9"), streamed=True, owner="q")
+            await store.write(Writes([*mine, NewResponse(theirs, [])]))
+            await store.request_cancel("resp_1")
+            await store.request_cancel("resp_9")
+            ids = ["resp_0", "resp_1", "resp_2", "resp_9"]
+            assert await store.heartbeat("r", ids, lease_seconds=600) == ["resp_1"]
+            async with store.engine.connect() as conn:
+                rows = await conn.execute(text("SELECT id, lease_until FROM responses"))
+                leases = {row.id: row.lease_until for row in rows}
+            assert all(leases[f"resp_{i}"] > time.time() + 500 for i in range(3))
+            assert leases["resp_9"] < time.time() + 500
+        finally:
+            await store.close()
+
+    asyncio.run(go())
