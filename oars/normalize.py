@@ -66,6 +66,7 @@ class ResponseRequest:
     conversation_id: str | None = None
     include_encrypted_reasoning: bool = False
     include_sources: bool = False  # web searches show their sources
+    include_results: bool = False  # file searches show their results
     tenant: str = ""  # whose the response will be (the hashed API key; '' without keys)
     compaction: Compaction | None = None  # `context_management`: compact a long context first
     generate: bool = True  # false: take the input (a client's prewarm) and generate nothing
@@ -571,6 +572,7 @@ def normalize(
         conversation_id=state.conversation_id,
         include_encrypted_reasoning=ENCRYPTED_REASONING in include,
         include_sources="web_search_call.action.sources" in include,
+        include_results="file_search_call.results" in include,
         compaction=Compaction(now=True) if trigger else _compaction(body),
         generate=not trigger and _get(body, "generate", (bool,), "generate") is not False,
     )

@@ -99,6 +99,7 @@ class ResponsesService:
             request.echo,
             include_logprobs=request.include_logprobs,
             include_sources=request.include_sources,
+            include_results=request.include_results,
             model=request.model,
             tools={
                 t.model_name: CallTarget(t.name, t.namespace, t.kind) for t in turn.tools.callable

@@ -122,6 +122,9 @@ _STAGES = {
     "response.web_search_call.in_progress": ("web_search_call", {"added"}, "running"),
     "response.web_search_call.searching": ("web_search_call", {"running"}, "searching"),
     "response.web_search_call.completed": ("web_search_call", {"searching"}, "completed"),
+    "response.file_search_call.in_progress": ("file_search_call", {"added"}, "running"),
+    "response.file_search_call.searching": ("file_search_call", {"running"}, "searching"),
+    "response.file_search_call.completed": ("file_search_call", {"searching"}, "completed"),
 }
 # item type → (the stages its done may follow, the status each ends with)
 _ENDS: dict[str, dict[str, tuple[str, ...]]] = {
@@ -129,8 +132,9 @@ _ENDS: dict[str, dict[str, tuple[str, ...]]] = {
     "mcp_call": {"completed": ("completed",), "failed": ("failed",)},
     # a search the backend failed is done `failed` from `searching`; one cut, `incomplete`
     "web_search_call": {"completed": ("completed",), "searching": ("failed", "incomplete")},
+    "file_search_call": {"completed": ("completed",), "searching": ("failed", "incomplete")},
 }
-_RULE = {"mcp_call": "mcp", "web_search_call": "web_search"}
+_RULE = {"mcp_call": "mcp", "web_search_call": "web_search", "file_search_call": "file_search"}
 
 
 @dataclass(frozen=True)
@@ -383,7 +387,7 @@ class _Checker:
                 self.fail(i, "I6", f"item {key!r} changed between added and done", event)
         done_statuses = (
             ("completed", "incomplete", "failed")
-            if item.get("type") in ("mcp_call", "web_search_call")
+            if item.get("type") in ("mcp_call", "web_search_call", "file_search_call")
             else ("completed", "incomplete")
         )
         if item.get("status") not in done_statuses and item.get("type") not in _STATELESS:
@@ -459,7 +463,8 @@ class _Checker:
 
     def annotation(self, i: int, event: dict[str, Any]) -> None:
         """A citation added to the open text part: numbered in order, over a span of the text
-        streamed so far; a URL citation's span is a link to its URL."""
+        streamed so far (a URL citation's span is a link to its URL), or at a point of it (a
+        file citation's `index`)."""
         part = self.open_part(i, event)
         if part is None:
             return
@@ -468,6 +473,11 @@ class _Checker:
             self.fail(i, "I5", "annotation_index is not the next one", event)
         part["annotations"].append(annotation)
         start, end = annotation.get("start_index"), annotation.get("end_index")
+        if annotation.get("type") == "file_citation":
+            index = annotation.get("index")
+            if not (isinstance(index, int) and 0 <= index <= len(part["acc"])):
+                self.fail(i, "citation", "a file_citation's index is past the text", event)
+            return
         if annotation.get("type") != "url_citation":
             return
         if not (isinstance(start, int) and isinstance(end, int) and 0 <= start < end):

@@ -25,6 +25,11 @@ A web search this server runs (`oars.web_search`):
 
 A link in the text after it to one of its results (`[title](url)`) is a `url_citation`: it is
 added to the text part, and sent as `output_text.annotation.added`, after the delta that ends it.
+A file search this server runs streams the same way (`file_search_call`: added with no queries
+and no results, in_progress, searching, completed, done with both). The model cites a result by
+the handle it was shown it under (`【n】`, `oars.parsing.citations`): the marker leaves the text
+and becomes a `file_citation` at the point it stood, sent between the deltas around it, so the
+deltas, `output_text.done`, the item and the response hold one text.
 
 A response may be several generations (a server-side tool's result goes back to the model):
 the builder goes on across them, so ids, `output_index` and `sequence_number` stay one sequence.
@@ -56,6 +61,7 @@ from oars.events.items import PART_EVENT, SEGMENT_ITEM, Item, Part, stream_logpr
 from oars.generation import FinishReason, TokenLogprob, Usage, usage_wire
 from oars.ids import new_id
 from oars.parsing import Segment, SegmentKind
+from oars.parsing.citations import Marks
 from oars.parsing.jsonfield import StringField
 
 Event = dict[str, Any]
@@ -118,6 +124,36 @@ _INCOMPLETE_REASONS = {
 }
 
 
+@dataclass(frozen=True)
+class Found:
+    """One result of a file search, shown to the model under `handle`."""
+
+    handle: str
+    file_id: str
+    filename: str
+    score: float  # 0..1
+    text: str
+    attributes: Mapping[str, Any]
+
+    def wire(self) -> dict[str, Any]:
+        return {
+            "file_id": self.file_id,
+            "filename": self.filename,
+            "score": self.score,
+            "text": self.text,
+            "attributes": dict(self.attributes),
+        }
+
+    def citation(self, index: int) -> dict[str, Any]:
+        """A `file_citation` at `index` (characters of the text before it)."""
+        return {
+            "type": "file_citation",
+            "file_id": self.file_id,
+            "filename": self.filename,
+            "index": index,
+        }
+
+
 class ResponseBuilder:
     """Builds the event stream and the `Response` object of one generation."""
 
@@ -127,6 +163,7 @@ class ResponseBuilder:
         *,
         include_logprobs: bool = False,
         include_sources: bool = False,
+        include_results: bool = False,
         model: str,
         tools: Mapping[str, CallTarget] | None = None,  # by the name the model calls it
         background: bool = False,
@@ -139,6 +176,8 @@ class ResponseBuilder:
         self._include_logprobs = include_logprobs
         self._include_sources = include_sources
         self._sources: dict[str, str] = {}  # the web searches' result URLs: their titles
+        self._include_results = include_results
+        self._files: dict[str, Found] = {}  # the file searches' results, by their handles
         self._tools = dict(tools or {})
         self._seq = 0
         self._items: list[Item] = []
@@ -262,8 +301,11 @@ class ResponseBuilder:
             pending, self._pending_space = self._pending_space, []
             for text, lps in pending:
                 events.append(self._delta(self._open, text, lps))
-        events.append(self._delta(self._open, segment.text, logprobs))
         part = self._open.parts[-1]
+        if self._files and part.type == "output_text":
+            events += self._file_cited(self._open, part, segment.text, logprobs)
+        else:
+            events.append(self._delta(self._open, segment.text, logprobs))
         if self._sources and part.type == "output_text":
             events += self._citations(self._open, part)
         return events
@@ -588,6 +630,65 @@ class ResponseBuilder:
             events.append(self._emit("response.web_search_call.completed", **self._at(item)))
         return events + self._close(item.stage)
 
+    # ---- file search --------------------------------------------------------------------
+
+    def file_search_call(self) -> list[Event]:
+        """A file search the model asked for: added, in progress and searching; it stays open
+        while the stores answer."""
+        item, events = self._add_item(type="file_search_call", id=new_id("fs"))
+        item.stage = "running"
+        for stage in ("in_progress", "searching"):
+            events.append(self._emit(f"response.file_search_call.{stage}", **self._at(item)))
+        return events
+
+    def file_search_done(self, queries: list[str], found: list[Found] | None) -> list[Event]:
+        """The open file search ran `queries` and `found` these (best first), or failed (None).
+        Its results are in the item only with `include: ["file_search_call.results"]`; the
+        model may cite each by its handle either way."""
+        item = self._open_of("file_search_call")
+        item.queries = list(queries)
+        events: list[Event] = []
+        if found is None:
+            item.stage = "failed"
+        else:
+            self._files.update((result.handle, result) for result in found)
+            if self._include_results:
+                item.results = [result.wire() for result in found]
+            item.stage = "completed"
+            events.append(self._emit("response.file_search_call.completed", **self._at(item)))
+        return events + self._close(item.stage)
+
+    def _file_cited(
+        self, item: Item, part: Part, text: str, logprobs: tuple[TokenLogprob, ...]
+    ) -> list[Event]:
+        """`text` with its citation markers out (held back while one may be opening), each a
+        `file_citation` sent where it stood; a marker naming no result is dropped."""
+        if part.marks is None:
+            part.marks = Marks()
+        shown, cited = part.marks.feed(text)
+        events: list[Event] = []
+        for mark in cited:
+            before = shown[: mark.index - len(part.text)]
+            if before:
+                events.append(self._delta(item, before, logprobs))
+                shown, logprobs = shown[len(before) :], ()
+            found = self._files.get(mark.handle)
+            if found is not None:
+                events.append(self._annotate(item, part, found.citation(mark.index)))
+        if shown:
+            events.append(self._delta(item, shown, logprobs))
+        return events
+
+    def _annotate(self, item: Item, part: Part, annotation: dict[str, Any]) -> Event:
+        part.annotations.append(annotation)
+        return self._emit(
+            "response.output_text.annotation.added",
+            **self._at(item),
+            content_index=len(item.parts) - 1,
+            annotation_index=len(part.annotations) - 1,
+            annotation=annotation,
+        )
+
     def _citations(self, item: Item, part: Part) -> list[Event]:
         """A link the text just finished (`[title](url)`) to one of this response's sources
         is a `url_citation` over the link's span, in characters, added after its delta."""
@@ -605,16 +706,7 @@ class ResponseBuilder:
                 "title": self._sources[url] or match.group(1),
                 "url": url,
             }
-            part.annotations.append(annotation)
-            events.append(
-                self._emit(
-                    "response.output_text.annotation.added",
-                    **self._at(item),
-                    content_index=len(item.parts) - 1,
-                    annotation_index=len(part.annotations) - 1,
-                    annotation=annotation,
-                )
-            )
+            events.append(self._annotate(item, part, annotation))
         # a link not finished yet starts at a '[' (its first: a URL may hold one), no further
         # back than the longest link (one before that never becomes one: not scanned again)
         start = part.text.find("[", max(end, len(part.text) - _MAX_LINK))
@@ -673,6 +765,9 @@ class ResponseBuilder:
         part = item.parts[index]
         if part.closed:
             return events
+        held = part.marks.finish() if part.marks is not None else ""
+        if held:  # a marker that never closed is text
+            events.append(self._delta(item, held, ()))
         part.closed = True
         done_fields: dict[str, Any] = {"text": part.text}
         if part.type == "output_text":

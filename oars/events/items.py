@@ -16,6 +16,7 @@ from typing import Any
 
 from oars.generation import TokenLogprob
 from oars.parsing import SegmentKind
+from oars.parsing.citations import Marks
 from oars.parsing.jsonfield import StringField
 
 
@@ -49,6 +50,7 @@ class Part:
     closed: bool = False  # its done events are out
     annotations: list[dict[str, Any]] = field(default_factory=list)  # output text's citations
     cited_to: int = 0  # output text: where a citation may still start, for the next delta
+    marks: Marks | None = None  # output text after a file search: its citation markers
 
     def wire(self) -> dict[str, Any]:
         if self.type == "reasoning_text":
@@ -83,6 +85,8 @@ class Item:
     execution: str = ""  # tool search items: "client" or "server"
     tools: list[dict[str, Any]] = field(default_factory=list)  # mcp_list_tools, tool searches
     action: dict[str, Any] | None = None  # web_search_call: what the model did with the web
+    queries: list[str] = field(default_factory=list)  # file_search_call: what it searched for
+    results: list[dict[str, Any]] | None = None  # file_search_call: what it found, if included
     # MCP items: "running" (listing or calling), then "ended" (a listing's end is out) or the
     # call's outcome ("completed", "failed"), which its done item keeps
     stage: str = "added"
@@ -219,6 +223,16 @@ def _web_search_wire(item: Item) -> dict[str, Any]:
     return {"id": item.id, "type": "web_search_call", "status": item.status, "action": item.action}
 
 
+def _file_search_wire(item: Item) -> dict[str, Any]:
+    return {
+        "id": item.id,
+        "type": "file_search_call",
+        "status": item.status,
+        "queries": item.queries,
+        "results": item.results,
+    }
+
+
 def _compaction_wire(item: Item) -> dict[str, Any]:
     return {"id": item.id, "type": "compaction", "encrypted_content": item.encrypted}
 
@@ -273,6 +287,7 @@ _ITEM_WIRE: dict[str, Callable[[Item], dict[str, Any]]] = {
     "apply_patch_call": _apply_patch_call_wire,
     "tool_search_output": _tool_search_output_wire,
     "web_search_call": _web_search_wire,
+    "file_search_call": _file_search_wire,
 }
 
 # segment kind → (item type, id prefix, part type)

@@ -95,7 +95,7 @@ def _part_delta(item: Item, event: Event) -> None:
 def _annotation(item: Item, event: Event) -> None:
     part = item.parts[-1]
     part.annotations.append(event["annotation"])
-    part.cited_to = event["annotation"]["end_index"]
+    part.cited_to = event["annotation"].get("end_index", part.cited_to)  # (a file citation: none)
 
 
 def _part_done(item: Item, event: Event) -> None:
@@ -135,6 +135,8 @@ _REPLAYED: dict[str, Callable[[Item, Event], None]] = {
     "response.output_text.annotation.added": _annotation,
     "response.web_search_call.in_progress": _list_running,
     "response.web_search_call.completed": _call_ended,
+    "response.file_search_call.in_progress": _list_running,
+    "response.file_search_call.completed": _call_ended,
     "response.function_call_arguments.delta": _arguments_delta,
     "response.custom_tool_call_input.delta": _input_delta,
     "response.mcp_call_arguments.delta": _mcp_arguments,
