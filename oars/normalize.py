@@ -475,6 +475,7 @@ def normalize(
     mcp_servers: frozenset[str] = frozenset(),
     web_search: bool = False,
     web_pages: bool = True,
+    file_search: bool = False,
 ) -> ResponseRequest:
     """Validate a `POST /v1/responses` body; raise `InvalidRequest` naming the bad parameter.
 
@@ -482,7 +483,7 @@ def normalize(
     that asks none gets); `can_store`, it keeps responses (then `store` defaults to true);
     `mcp_servers`, the labels of the MCP servers its operator configured; `web_search`, it
     runs `web_search` through a backend its operator configured (`web_pages`: and opens
-    pages).
+    pages); `file_search`, it runs `file_search` over the vector stores it keeps.
     """
     if not isinstance(body, dict):
         raise _fail("The request body must be a JSON object.", "body", "invalid_type")
@@ -511,7 +512,7 @@ def normalize(
             "are offered once the tool search finds them, so none can be forced.",
             "tool_choice",
         )
-    parsed = parse_tools(wire_tools, web=web_search, pages=web_pages)
+    parsed = parse_tools(wire_tools, web=web_search, pages=web_pages, files=file_search)
     searching = any(t.kind in ("tool_search", "server_tool_search") for t in parsed)
     choice = "auto" if mcp_choice else tool_choice
     tools = resolve(parsed, choice, bool(servers), searching)

@@ -449,6 +449,29 @@ def _web_search_call(item: Json, param: str, ctx: Context) -> list[ChatMessage]:
     ]
 
 
+def _file_search_call(item: Json, param: str, ctx: Context) -> list[ChatMessage]:
+    """A file search as the model sees it: the function it called, then what it read (within
+    the response that ran it; later, the results the item shows, if it was asked to)."""
+    queries = item.get("queries")
+    if not isinstance(queries, list):
+        raise _fail(f"Invalid '{param}.queries': expected an array.", f"{param}.queries")
+    result = ctx.read.get(str(item.get("id")))
+    if result is None:
+        results = item.get("results")
+        if item.get("status") == "failed":
+            result = "The search failed."
+        elif isinstance(results, list) and results:
+            found = [r for r in results if isinstance(r, dict)]
+            result = "\n\n".join(f"{r.get('filename')}\n{r.get('text')}" for r in found)
+        else:
+            result = "What it found is not kept."
+    call_id = item.get("id")
+    return [
+        _call(call_id, "file_search", json.dumps({"queries": [str(q) for q in queries]})),
+        ChatMessage(role="tool", content=result, tool_call_id=call_id),
+    ]
+
+
 def _call_and_result(
     item: Json, label: str, name: str, arguments: str, result: str
 ) -> list[ChatMessage]:
@@ -536,6 +559,7 @@ _ITEM_HANDLERS: dict[str, Callable[[Json, str, Context], list[ChatMessage]]] = {
     "apply_patch_call_output": _apply_patch_output,
     "mcp_call": _mcp_call,
     "web_search_call": _web_search_call,
+    "file_search_call": _file_search_call,
     "mcp_list_tools": _mcp_list_tools,
     "mcp_approval_request": _mcp_check("server_label", "name", "arguments"),
     "mcp_approval_response": _approval_response,

@@ -121,7 +121,8 @@ class ResponsesService:
 
     async def _toolbox(self, turn: Turn) -> ServerToolbox | None:
         searches = any(
-            t.kind in ("server_tool_search", "server_web_search") for t in turn.tools.offered
+            t.kind in ("server_tool_search", "server_web_search", "server_file_search")
+            for t in turn.tools.offered
         )
         if not turn.request.generate or not (turn.request.servers or turn.approved() or searches):
             return None

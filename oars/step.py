@@ -25,6 +25,7 @@ from oars.tools import Tool, ToolSet
 from oars.turn import Turn
 
 if TYPE_CHECKING:
+    from oars.file_run import Searchers
     from oars.web_search import WebSearch
 
 log = logging.getLogger("oars.service")
@@ -82,6 +83,7 @@ class ServerToolsFactory(Protocol):
 
     observe: Callable[[str, str, float], None] | None  # told (server, outcome, seconds) of a call
     web: WebSearch | None  # the operator's web search backend (None: web_search is not run)
+    files: Searchers | None  # the vector stores file_search runs over (None: it is not run)
 
     @property
     def labels(self) -> frozenset[str]:

@@ -1,6 +1,6 @@
 """The server-side tools of one response: its MCP servers' tools, listed, offered and run, this
-server's tool search over the request's deferred tools (`oars.tool_search`), and its web
-searches (`oars.web_run`).
+server's tool search over the request's deferred tools (`oars.tool_search`), its web
+searches (`oars.web_run`) and its file searches (`oars.file_run`).
 
 Before the model's first step, each server the request names is listed, unless the context
 already holds its listing (`mcp_list_tools`: OpenAI reuses it too), and the calls the client
@@ -32,6 +32,7 @@ from typing import Any
 from oars.errors import DependencyFailed, InvalidRequest
 from oars.events import CallTarget, Event, ResponseBuilder
 from oars.events.items import arguments_object
+from oars.file_run import FileRun, Searchers
 from oars.generation import FinishReason
 from oars.mcp.client import McpFailure, Session, protocol_error
 from oars.mcp.config import McpConfig
@@ -52,13 +53,18 @@ _MAX_TOOL = 65_536  # characters of one listed tool (its schema), offered to the
 
 
 class ToolboxFactory:
-    """The service's side: the operator's MCP settings and web search backend, and where
-    calls are counted."""
+    """The service's side: the operator's MCP settings, web search backend and vector stores,
+    and where calls are counted."""
 
     def __init__(
-        self, config: McpConfig, observe: Observe | None = None, *, web: WebSearch | None = None
+        self,
+        config: McpConfig,
+        observe: Observe | None = None,
+        *,
+        web: WebSearch | None = None,
+        files: Searchers | None = None,
     ) -> None:
-        self.config, self.observe, self.web = config, observe, web
+        self.config, self.observe, self.web, self.files = config, observe, web, files
 
     @property
     def labels(self) -> frozenset[str]:
@@ -79,7 +85,12 @@ class ToolboxFactory:
                     "which no 'mcp' tool in 'tools' names.",
                     param="tools",
                 )
-        return Toolbox(turn, self.config, self.observe, self.web)
+        toolbox = Toolbox(turn, self.config, self.observe, self.web)
+        wire = next((t for t in request.echo["tools"] if t.get("type") == "file_search"), None)
+        if wire is not None and self.files is not None:
+            searcher = await self.files(request.tenant, wire["vector_store_ids"])
+            toolbox.files = FileRun.of(searcher, turn)
+        return toolbox
 
 
 class Toolbox:
@@ -108,6 +119,7 @@ class Toolbox:
         # a deferred MCP server's tools not found yet: by model name, the tool and its entry
         self.deferred: dict[str, tuple[Tool, Entry]] = {}
         self.web = WebRun.of(web, turn) if web is not None else None
+        self.files: FileRun | None = None
 
     # ---- before the first step ----------------------------------------------------------
 
@@ -224,11 +236,9 @@ class Toolbox:
             return ToolSet(offered, offered, "none")
         if first and self.request.mcp_choice is not None:
             return ToolSet(offered, tuple(t for t in servers if self._chosen(t)), "required")
-        forced_web = bool(base.callable) and all(
-            t.kind == "server_web_search" for t in base.callable
-        )
+        forced_search = bool(base.callable) and all(t.kind in _SEARCHES for t in base.callable)
         if base.mode == "required" and base.callable != base.offered:  # a named tool
-            if not (forced_web and self.read):  # a forced web search holds until one ran
+            if not (forced_search and self.read):  # a forced search holds until one ran
                 return ToolSet(offered, base.callable, "required")
             base = replace(base, callable=base.offered, mode="auto")
         mode = "required" if base.mode == "required" and first else "auto"
@@ -238,7 +248,7 @@ class Toolbox:
             t
             for t in base.callable
             if (searching or t.kind != "server_tool_search")
-            and (may_call or t.kind != "server_web_search")
+            and (may_call or t.kind not in _SEARCHES)
         )
         if mode == "required" and not own + callable_:  # the searches found nothing to call
             mode, own = "auto", tuple(t for t in base.callable if may_call)
@@ -264,11 +274,14 @@ class Toolbox:
             return self.search
         if self.web is not None and model_name in self.web.tools:
             return self.web.tools[model_name]
+        if self.files is not None and model_name == "file_search":
+            return next(t for t in self.turn.tools.offered if t.kind == "server_file_search")
         return self.tools.get(model_name)
 
     @property
     def read(self) -> Mapping[str, str]:
-        return self.web.read if self.web is not None else {}
+        web = self.web.read if self.web is not None else {}
+        return {**web, **self.files.read} if self.files is not None else web
 
     def goes_on(self, step: Step, steps: int) -> bool:
         """Another step follows this one: it ran calls, and nothing else ends the response."""
@@ -297,6 +310,11 @@ class Toolbox:
         if tool.kind == "server_web_search" and self.web is not None:
             self.ran += 1
             async for event in self.web.run(builder, tool.name, call.arguments):
+                yield event
+            return
+        if tool.kind == "server_file_search" and self.files is not None:
+            self.ran += 1
+            async for event in self.files.run(builder, call.arguments):
                 yield event
             return
         server = self.servers[str(tool.namespace)]
@@ -370,6 +388,9 @@ class Toolbox:
         sessions, self._sessions = list(self._sessions.values()), {}
         if sessions:
             await asyncio.gather(*(s.close() for s in sessions), return_exceptions=True)
+
+
+_SEARCHES = frozenset({"server_web_search", "server_file_search"})  # forced: until one ran
 
 
 def _once(approvals: Iterable[Json]) -> list[Json]:

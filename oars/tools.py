@@ -56,8 +56,8 @@ class Tool:
 
     name: str
     # "function" | "custom" | "mcp" | "tool_search" | "server_tool_search" |
-    # "server_web_search", or a client tool type with a call item of its own: "shell" |
-    # "local_shell" | "apply_patch"
+    # "server_web_search" | "server_file_search", or a client tool type with a call item of
+    # its own: "shell" | "local_shell" | "apply_patch"
     kind: str
     description: str
     parameters: Mapping[str, Any]
@@ -270,6 +270,41 @@ def _web_tools(raw: Mapping[str, Any], pages: bool) -> list[Tool]:
     return [Tool(name, "server_web_search", *WEB_TOOLS[name]) for name in names]
 
 
+# `file_search` as the model sees it: one function whose calls are `file_search_call` items,
+# run over the tool's vector stores (`oars.file_run`).
+FILE_SEARCH = (
+    "Searches the user's files; returns passages, each under a handle such as 【1】. To cite a "
+    "passage, write its handle after the words it supports.",
+    _object(
+        queries={
+            "type": "array",
+            "items": _string("A search, in the words the files would use."),
+            "minItems": 1,
+            "maxItems": 5,
+            "description": "One to five searches to run.",
+        }
+    ),
+)
+MAX_FILE_RESULTS = 50  # `max_num_results`, as OpenAI takes it
+
+
+def _file_search(raw: Mapping[str, Any], param: str) -> Tool:
+    """A `file_search` tool this server runs, over vector stores it keeps."""
+    stores = raw.get("vector_store_ids")
+    if not isinstance(stores, list) or not stores:
+        raise InvalidRequest(
+            f"Invalid '{param}.vector_store_ids': expected the ids of one or more vector stores.",
+            param=f"{param}.vector_store_ids",
+        )
+    limit = raw.get("max_num_results")
+    if limit is not None and not 1 <= limit <= MAX_FILE_RESULTS:
+        raise InvalidRequest(
+            f"Invalid '{param}.max_num_results': expected an integer from 1 to {MAX_FILE_RESULTS}.",
+            param=f"{param}.max_num_results",
+        )
+    return Tool("file_search", "server_file_search", *FILE_SEARCH)
+
+
 # The client tool types with a call item of their own, offered as functions the model calls by
 # these names and parameters; `oars.events.items` turns the call into the item.
 def _lines(key: str, description: str, **more: Any) -> Mapping[str, Any]:
@@ -382,7 +417,7 @@ _NAMED = 30  # deferred tools a server search's description names
 # it is taken and not offered (`ignored_tools`), and a `tool_choice` forcing it is refused.
 IGNORED = WEB_SEARCH_TYPES  # without a backend
 REFUSED = {
-    "file_search": "file search",
+    "file_search": "file search without a store (--store none)",
     "web_search_preview": "web search",
     "web_search_preview_2025_03_11": "web search",
     "code_interpreter": "a code interpreter",
@@ -497,11 +532,12 @@ def parse_tools(
     unique: bool = True,
     web: bool = False,
     pages: bool = True,
+    files: bool = False,
 ) -> list[Tool]:
     """The tools of a request (or of an item that loads tools, `name` naming where they are);
     400 naming a malformed one or a hosted tool this server does not run, or (`unique`) two
     the model would call by one name. `web`: this server runs `web_search` (`pages`: and
-    opens pages)."""
+    opens pages); `files`: it runs `file_search` (it keeps vector stores)."""
     out: list[Tool] = []
     for i, raw in enumerate(tools):
         param = f"{name}[{i}]"
@@ -527,6 +563,9 @@ def parse_tools(
         elif raw["type"] in WEB_SEARCH_TYPES and web:
             _check_hosted(raw, param)
             out.extend(_web_tools(raw, pages))
+        elif raw["type"] == "file_search" and files:
+            _check_hosted(raw, param)
+            out.append(_file_search(raw, param))
         else:
             tool = _tool(raw, param, None)
             if raw["type"] not in ("function", "custom"):
@@ -702,6 +741,10 @@ def _resolve(tools: list[Tool], choice: Any, servers: bool) -> ToolSet:
         return ToolSet(offered, tuple(allowed), mode)
     if isinstance(kind, str) and kind in WEB_SEARCH_TYPES:  # a list or object: no kind
         search = next((t for t in tools if t.kind == "server_web_search"), None)
+        if search is not None:
+            return ToolSet(offered, (search,), "required")
+    if kind == "file_search":
+        search = next((t for t in tools if t.kind == "server_file_search"), None)
         if search is not None:
             return ToolSet(offered, (search,), "required")
     if isinstance(kind, str) and kind.startswith("web_search"):

@@ -100,6 +100,7 @@ def create_request(oars: Shared, body: Any) -> ResponseRequest:
         mcp_servers=service.toolboxes.labels if service.toolboxes else frozenset(),
         web_search=web,
         web_pages=search is not None and search.fetches,
+        file_search=service.toolboxes is not None and service.toolboxes.files is not None,
     )
     for kind in [] if web else ignored_tools(request.echo["tools"]):
         oars.metrics.tool_ignored(kind)
