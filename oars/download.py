@@ -19,7 +19,7 @@ from urllib.parse import unquote, urlsplit
 import httpx
 
 from oars.errors import SetupError
-from oars.weights import DEFAULT_MODEL, Progress, oars_home
+from oars.weights import DEFAULT_EMBEDDING, DEFAULT_MODEL, Progress, oars_home
 
 HF_ENDPOINT = "https://huggingface.co"  # OARS_HF_ENDPOINT points elsewhere (a mirror)
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -155,7 +155,8 @@ def cached() -> list[Cached]:
 
 
 def _name(path: Path) -> str:
-    return DEFAULT_MODEL.name if path.name == DEFAULT_MODEL.filename else path.stem
+    known = {spec.filename: spec.name for spec in (DEFAULT_MODEL, DEFAULT_EMBEDDING)}
+    return known.get(path.name, path.stem)
 
 
 def find(name: str) -> Path | None:
