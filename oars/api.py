@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from openai.types import FileDeleted, FileObject, FilePurpose, Model
+from openai.types import (
+    CreateEmbeddingResponse,
+    EmbeddingCreateParams,
+    FileDeleted,
+    FileObject,
+    FilePurpose,
+    Model,
+)
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.chat import CompletionCreateParams as ChatCompletionCreateParams
 from openai.types.conversations import (
@@ -51,6 +58,8 @@ __all__ = [
     "ConversationItem",
     "ConversationItemList",
     "ConversationUpdateParams",
+    "CreateEmbeddingResponse",
+    "EmbeddingCreateParams",
     "ErrorBody",
     "FileDeleted",
     "FileList",
