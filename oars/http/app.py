@@ -391,7 +391,7 @@ ENDPOINTS = (
         "Embed texts as vectors, by the server's embedding model (`--embedding-model`)",
         EMB,
         api.EmbeddingCreateParams,
-        api.CreateEmbeddingResponse,
+        api.EmbeddingList,
     ),
     Endpoint(
         "GET", "/v1/models", list_models, "List the models served", OPS, returns=api.ModelList
