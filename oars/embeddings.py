@@ -122,12 +122,10 @@ def embedding_file(spec: str | None) -> tuple[Path, str] | None:
             return None
         raise SetupError(f"--embedding-model {spec}: not in the cache (`oars pull` fetches it)")
     file = Path(spec).expanduser()
-    if file.is_file():
-        return file, file.stem
-    found = find(spec)
+    found = file if file.is_file() else find(spec)
     if found is None:
         raise SetupError(f"--embedding-model {spec!r} is neither a file nor a cached model")
-    return found, found.stem
+    return found, DEFAULT_EMBEDDING.name if found.name == DEFAULT_EMBEDDING.filename else found.stem
 
 
 # ---- the wire --------------------------------------------------------------------------------

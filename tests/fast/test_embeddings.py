@@ -18,11 +18,13 @@ import openai
 import pytest
 
 from oars.bert_gguf import convert
-from oars.embeddings import LlamaEmbedder
+from oars.embeddings import LlamaEmbedder, embedding_file
+from oars.errors import SetupError
 from oars.http import create_app
 from oars.service import ResponsesService
 from oars.settings import ServerSettings
 from oars.testing import ScriptedEngine
+from oars.weights import DEFAULT_EMBEDDING
 from tests import bert_reference
 from tests.conftest import serving
 
@@ -144,3 +146,24 @@ def test_without_a_model_the_route_is_a_400() -> None:
         r = httpx.post(f"{url}/v1/embeddings", json={"model": "m", "input": "x"})
     assert r.status_code == 400
     assert r.json()["error"]["code"] == "model_not_found"
+
+
+# ---- --embedding-model ---------------------------------------------------------------------
+
+
+def test_the_flag_names_a_file_a_cached_model_or_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny: tuple[dict[str, bytes], Path]
+) -> None:
+    monkeypatch.setenv("OARS_HOME", str(tmp_path))
+    assert embedding_file(None) is None  # nothing pulled: no model, and no error
+    assert embedding_file("off") is None
+    with pytest.raises(SetupError, match="oars pull"):
+        embedding_file("default")
+    assert embedding_file(str(tiny[1])) == (tiny[1], "tiny")
+    (tmp_path / "models").mkdir()
+    pulled = tmp_path / "models" / DEFAULT_EMBEDDING.filename
+    pulled.write_bytes(tiny[1].read_bytes())
+    assert embedding_file(None) == embedding_file("default") == (pulled, DEFAULT_EMBEDDING.name)
+    assert embedding_file(DEFAULT_EMBEDDING.name) == (pulled, DEFAULT_EMBEDDING.name)
+    with pytest.raises(SetupError, match="neither a file nor a cached model"):
+        embedding_file("nomic-embed")
