@@ -208,11 +208,15 @@ def _embedded(settings: EngineSettings) -> Engine:
 
 def _embedder(settings: Settings) -> Embedder | None:
     """The embedding model of `--embedding-model` (the pulled default, if any, when unset)."""
+    import importlib.util
+
     from oars.embeddings import LlamaEmbedder, embedding_file
 
     found = embedding_file(settings.embedding.model)
     if found is None:
         return None
+    if settings.embedding.model is None and importlib.util.find_spec("llama_cpp") is None:
+        return None  # a gateway without the engine (deploy/Dockerfile) serves no embeddings
     path, name = found
     embedder = LlamaEmbedder(path, name, threads=settings.engine.threads)
     print(f"oars: embeddings by {name} ({embedder.dimensions} dimensions)", flush=True)

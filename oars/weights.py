@@ -117,7 +117,7 @@ def pull_embedding(spec: EmbeddingSpec = DEFAULT_EMBEDDING, *, quiet: bool = Fal
             files = {f: zf.read(spec.folder + f) for f in wanted if spec.folder + f in present}
         partial = Path(tmp) / (spec.filename + ".partial")
         convert(files, partial, name=spec.name)
-        size, digest = partial.stat().st_size, _sha256(partial)
+        size, digest = partial.stat().st_size, file_sha256(partial)
         if size != spec.size or digest != spec.sha256:
             raise SetupError(
                 f"the converted embedding model differs from the pinned one: {size} bytes, "
@@ -128,7 +128,7 @@ def pull_embedding(spec: EmbeddingSpec = DEFAULT_EMBEDDING, *, quiet: bool = Fal
     return target
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         while block := f.read(1 << 20):
