@@ -10,7 +10,15 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from openai.types import FileDeleted, FileObject, FilePurpose, Model
+from openai.types import (
+    CreateEmbeddingResponse,
+    Embedding,
+    EmbeddingCreateParams,
+    FileDeleted,
+    FileObject,
+    FilePurpose,
+    Model,
+)
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.chat import CompletionCreateParams as ChatCompletionCreateParams
 from openai.types.conversations import (
@@ -51,6 +59,8 @@ __all__ = [
     "ConversationItem",
     "ConversationItemList",
     "ConversationUpdateParams",
+    "EmbeddingCreateParams",
+    "EmbeddingList",
     "ErrorBody",
     "FileDeleted",
     "FileList",
@@ -282,3 +292,16 @@ class AnthropicError(BaseModel):
     type: Literal["error"]
     error: AnthropicErrorDetail
     request_id: str | None = None
+
+
+class EmbeddingVector(Embedding):
+    """One text's vector: floats, or with `encoding_format: base64` their float32 bytes
+    (little-endian) in base64, as OpenAI sends them (the SDK's type says floats only)."""
+
+    embedding: list[float] | str  # type: ignore[assignment]
+
+
+class EmbeddingList(CreateEmbeddingResponse):
+    """`POST /v1/embeddings`' answer."""
+
+    data: list[EmbeddingVector]  # type: ignore[assignment]

@@ -22,7 +22,8 @@ def _parser() -> argparse.ArgumentParser:
         "ref",
         nargs="?",
         default=None,
-        help="a GGUF URL or hf://OWNER/REPO/FILE.gguf (default: the default model)",
+        help="a GGUF URL or hf://OWNER/REPO/FILE.gguf, or 'default' (the default model), or "
+        "'embedding' (the default embedding model); none: both default models",
     )
     pull.add_argument("--sha256", default=None, help="the file's expected sha256")
     pull.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -41,11 +42,14 @@ def _parser() -> argparse.ArgumentParser:
 
 def _pull(args: argparse.Namespace) -> None:
     from oars.download import pull_url, source
-    from oars.weights import pull
+    from oars.weights import DEFAULT_EMBEDDING, pull, pull_embedding
 
-    if args.ref is None or args.ref in ("default",):
+    embedding = ("embedding", DEFAULT_EMBEDDING.name)
+    if args.ref in (None, "default"):
         print(pull(quiet=args.quiet))
-    else:
+    if args.ref is None or args.ref in embedding:
+        print(pull_embedding(quiet=args.quiet))
+    if args.ref not in (None, "default", *embedding):
         print(pull_url(source(args.ref, args.sha256), quiet=args.quiet))
 
 

@@ -8,7 +8,6 @@ linked ETag (as model hubs do for large files). A file at its final path is alwa
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import time
@@ -19,7 +18,7 @@ from urllib.parse import unquote, urlsplit
 import httpx
 
 from oars.errors import SetupError
-from oars.weights import DEFAULT_MODEL, Progress, oars_home
+from oars.weights import DEFAULT_EMBEDDING, DEFAULT_MODEL, Progress, file_sha256, oars_home
 
 HF_ENDPOINT = "https://huggingface.co"  # OARS_HF_ENDPOINT points elsewhere (a mirror)
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -60,7 +59,7 @@ def pull_url(src: Source, *, quiet: bool = False) -> Path:
     """Download `src` into the cache (resuming what is there); verify; return its path."""
     target = oars_home() / "models" / src.filename
     if target.is_file():
-        if src.sha256 is None or _sha256(target) == src.sha256:
+        if src.sha256 is None or file_sha256(target) == src.sha256:
             return target
         raise SetupError(f"{target} is in the cache with another sha256 than {src.sha256}")
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -76,7 +75,7 @@ def pull_url(src: Source, *, quiet: bool = False) -> Path:
                     f"downloading {src.url} failed: {exc} (run again to resume)"
                 ) from exc
             time.sleep(min(8.0, 0.5 * 2**attempt))
-    digest = _sha256(partial)
+    digest = file_sha256(partial)
     if expected is not None and digest != expected:
         partial.unlink()
         raise SetupError(
@@ -129,14 +128,6 @@ def _linked_sha256(r: httpx.Response) -> str | None:
     return None
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 # ---- the cache ------------------------------------------------------------------------------
 
 
@@ -155,7 +146,8 @@ def cached() -> list[Cached]:
 
 
 def _name(path: Path) -> str:
-    return DEFAULT_MODEL.name if path.name == DEFAULT_MODEL.filename else path.stem
+    known = {spec.filename: spec.name for spec in (DEFAULT_MODEL, DEFAULT_EMBEDDING)}
+    return known.get(path.name, path.stem)
 
 
 def find(name: str) -> Path | None:

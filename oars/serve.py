@@ -20,6 +20,7 @@ from oars.errors import SetupError
 from oars.settings import EngineSettings, Settings
 
 if TYPE_CHECKING:
+    from oars.embeddings import Embedder
     from oars.engines import Engine
     from oars.engines.upstream import UpstreamConfig
     from oars.mcp.config import McpConfig
@@ -98,7 +99,10 @@ def serve(
     if worker is not None:
         replica = f"{replica}/{worker}"
     here = dataclasses.replace(server, replica=replica, api_keys=tuple(keys))
-    app = create_app(service, store, settings=here, metrics=metrics, files=home / "files")
+    embedder = _embedder(settings)
+    app = create_app(
+        service, store, settings=here, metrics=metrics, files=home / "files", embedder=embedder
+    )
     where = "nothing stored" if store is None else f"store {_redacted(spec)}, replica {replica}"
     print(
         f"oars: serving {', '.join(engines)} on http://{server.host}:{server.port}/v1 ({where})",
@@ -200,6 +204,23 @@ def _embedded(settings: EngineSettings) -> Engine:
         flush=True,
     )
     return engine
+
+
+def _embedder(settings: Settings) -> Embedder | None:
+    """The embedding model of `--embedding-model` (the pulled default, if any, when unset)."""
+    import importlib.util
+
+    from oars.embeddings import LlamaEmbedder, embedding_file
+
+    found = embedding_file(settings.embedding.model)
+    if found is None:
+        return None
+    if settings.embedding.model is None and importlib.util.find_spec("llama_cpp") is None:
+        return None  # a gateway without the engine (deploy/Dockerfile) serves no embeddings
+    path, name = found
+    embedder = LlamaEmbedder(path, name, threads=settings.engine.threads)
+    print(f"oars: embeddings by {name} ({embedder.dimensions} dimensions)", flush=True)
+    return embedder
 
 
 def observe(metrics: Metrics, engines: Mapping[str, Engine]) -> None:

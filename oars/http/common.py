@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from oars.blobs import Blobs
+from oars.embeddings import Embedder
 from oars.errors import EngineError, InvalidRequest, NotFound, RequestTimeout, TooLarge
 from oars.events import Event
 from oars.ids import is_id
@@ -42,6 +43,7 @@ class Shared:
     limits: Limits
     _runs: Runs
     blobs: Blobs | None = None  # uploaded files' bytes (`/v1/files`); None: no files kept
+    embedder: Embedder | None = None  # `/v1/embeddings`' model; None: none is served
 
     def tenant(self, tenant: str) -> Tenant:
         return Tenant(self._runs, tenant)

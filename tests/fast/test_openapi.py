@@ -15,17 +15,27 @@ from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate
 from starlette.routing import Route
 
+from oars.bert_gguf import convert
+from oars.embeddings import Embedder, LlamaEmbedder
 from oars.http import create_app
 from oars.sealing import Sealer
 from oars.service import ResponsesService
 from oars.store import SqlStore
 from oars.testing import ScriptedEngine
 from oars.validator import parse_sse
+from tests.bert_reference import tiny_bert
 
 
-def _app(tmp_path: Path) -> Any:
+def _app(tmp_path: Path, embedder: Embedder | None = None) -> Any:
     service = ResponsesService(ScriptedEngine(), sealer=Sealer(b"2" * 43 + b"="))
-    return create_app(service, SqlStore(str(tmp_path / "o.db")), files=tmp_path / "files")
+    store = SqlStore(str(tmp_path / "o.db"))
+    return create_app(service, store, files=tmp_path / "files", embedder=embedder)
+
+
+def _embedder(tmp_path: Path) -> Embedder:
+    """A tiny random BERT, so that `/v1/embeddings` answers 200 as well as 400."""
+    convert(tiny_bert(), tmp_path / "tiny.gguf", name="tiny-bert")
+    return LlamaEmbedder(tmp_path / "tiny.gguf", "tiny-bert", threads=1)
 
 
 async def _calls(app: Any) -> tuple[dict[str, Any], list[tuple[str, str, httpx.Response]]]:
@@ -105,6 +115,10 @@ async def _calls(app: Any) -> tuple[dict[str, Any], list[tuple[str, str, httpx.R
             await call("GET", "/static/{name}", "/static/playground.js")
             await call("GET", "/static/{name}", "/static/..%2Foars.db")
             await call("POST", "/oars/validate", content=answers[1][2].text)
+            embed = {"model": "m", "input": ["the cat", "sat"]}
+            await call("POST", "/v1/embeddings", json=embed)
+            await call("POST", "/v1/embeddings", json={**embed, "encoding_format": "base64"})
+            await call("POST", "/v1/embeddings", json={**embed, "input": [[1, 2]]})
     return doc, answers
 
 
@@ -125,11 +139,11 @@ def test_the_document_is_openapi_3_1_and_has_every_route(tmp_path: Path) -> None
     }
     documented = {(m.upper(), p) for p, ops in doc["paths"].items() for m in ops}
     assert served == documented
-    assert len(served) == 33
+    assert len(served) == 34
 
 
 def test_every_answer_matches_the_document(tmp_path: Path) -> None:
-    app = _app(tmp_path)
+    app = _app(tmp_path, _embedder(tmp_path))
     doc, answers = asyncio.run(_calls(app))
     called = set()
     for method, route, r in answers:
@@ -154,6 +168,7 @@ def test_every_answer_matches_the_document(tmp_path: Path) -> None:
     assert called == documented - {("GET", "/openapi.json")}
     statuses = {r.status_code for _, _, r in answers}
     assert {200, 400, 404} <= statuses
+    assert {r.status_code for _, route, r in answers if route == "/v1/embeddings"} == {200, 400}
 
 
 def test_the_docs_page_and_the_playground_need_nothing_from_elsewhere(tmp_path: Path) -> None:

@@ -51,6 +51,14 @@ def agent_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     )
 
 
+@pytest.fixture(scope="session")
+def embedding_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A server with the default embedding model (pulled, and converted, if not yet)."""
+    from oars.weights import pull_embedding
+
+    yield from _serve(tmp_path_factory, "--ctx", "1024", "--embedding-model", str(pull_embedding()))
+
+
 MODEL = "qwen2.5-coder-0.5b-instruct"
 
 
