@@ -99,7 +99,7 @@ def serve(
     if worker is not None:
         replica = f"{replica}/{worker}"
     here = dataclasses.replace(server, replica=replica, api_keys=tuple(keys))
-    embedder = _embedder(settings)
+    embedder = _embedder(settings, embedded=settings.engine.model is not None or not gateway)
     app = create_app(
         service, store, settings=here, metrics=metrics, files=home / "files", embedder=embedder
     )
@@ -206,12 +206,19 @@ def _embedded(settings: EngineSettings) -> Engine:
     return engine
 
 
-def _embedder(settings: Settings) -> Embedder | None:
-    """The embedding model of `--embedding-model` (the pulled default, if any, when unset)."""
+def _embedder(settings: Settings, *, embedded: bool) -> Embedder | None:
+    """The embedding model of `--embedding-model`; unset, the default one, pulled on first use
+    beside the `embedded` engine's (a gateway takes it only when `oars pull` has cached it)."""
     import importlib.util
 
     from oars.embeddings import LlamaEmbedder, embedding_file
+    from oars.weights import pull_embedding
 
+    if settings.embedding.model is None and embedded:
+        try:
+            pull_embedding()
+        except SetupError as exc:  # the chat model came; the embeddings wait for a pull
+            print(f"oars: no embedding model ({exc}); `oars pull embedding` fetches it", flush=True)
     found = embedding_file(settings.embedding.model)
     if found is None:
         return None
