@@ -1,4 +1,5 @@
-"""One sweeper for what expires, run by every replica: uploaded files past their `expires_at`
+"""One sweeper for what expires, run by every replica: vector stores past their `expires_at`
+(marked `expired`, their chunks dropped), uploaded files past their `expires_at`
 (the row, then the bytes: a row always names bytes that are there), and what an upload cut off
 by a crash left in the files' folder (a `.part-…` nothing has written to for `STALE_PART`
 seconds; a live upload writes at least every minute, or is cut off as stalled).
@@ -37,6 +38,9 @@ class Sweeper:
                 gone += 1
             await asyncio.to_thread(self.blobs.remove, file_id)
         await asyncio.to_thread(self.blobs.drop_parts, now - STALE_PART)
+        expired = await self.store.expire_vector_stores(now)
+        if expired:
+            log.info("the sweeper expired %d vector stores", expired)
         return gone
 
     def start(self) -> None:
