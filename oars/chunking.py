@@ -77,13 +77,11 @@ def extract(data: bytes, filename: str) -> str:
     """The text of a file, or `Unsupported`."""
     if data.startswith(b"%PDF-"):
         raise Unsupported("PDF files are not read yet; upload the text instead.")
-    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        text = data.decode("utf-16")
-    else:
-        try:
-            text = data.decode("utf-8").removeprefix("\ufeff")
-        except UnicodeDecodeError as exc:
-            raise Unsupported("The file is not text (neither UTF-8 nor UTF-16).") from exc
+    utf16 = data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
+    try:
+        text = data.decode("utf-16" if utf16 else "utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as exc:
+        raise Unsupported("The file is not text (neither UTF-8 nor UTF-16).") from exc
     if "\x00" in text:
         raise Unsupported("The file is binary (it holds NUL characters).")
     head = text[:200].lstrip().lower()

@@ -13,6 +13,7 @@ with strings, and fail across types.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeGuard
@@ -103,8 +104,10 @@ def attributes(value: Any, param: str = "attributes") -> Json:
     if not isinstance(value, dict) or len(value) > MAX_ATTRIBUTES:
         raise fail(f"Invalid '{param}': an object of at most {MAX_ATTRIBUTES} pairs.", param)
     for key, item in value.items():
-        good = isinstance(item, (bool, int, float)) or (
-            isinstance(item, str) and len(item) <= MAX_VALUE
+        good = isinstance(item, bool) or (
+            isinstance(item, (int, float)) and math.isfinite(item)
+            if not isinstance(item, str)
+            else len(item) <= MAX_VALUE
         )
         if len(key) > MAX_KEY or not good:
             raise fail(

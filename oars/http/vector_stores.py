@@ -278,7 +278,11 @@ async def _batch_files(request: Request, body: Json) -> list[NewVectorFile]:
         if not isinstance(one, dict):
             raise InvalidRequest(f"Invalid 'files[{i}]': expected an object.", param=f"files[{i}]")
         rules.known(one, frozenset({"file_id", "attributes", "chunking_strategy"}))
-        [file_id] = rules.file_ids([one.get("file_id")], f"files[{i}].file_id")
+        file_id = one.get("file_id")
+        if not isinstance(file_id, str) or not 0 < len(file_id) <= 200:
+            raise InvalidRequest(
+                f"Invalid 'files[{i}].file_id': expected a file id.", param=f"files[{i}].file_id"
+            )
         mine, cut = attributes, chunking
         if one.get("attributes") is not None:
             mine = rules.attributes(one["attributes"], f"files[{i}].attributes")

@@ -6,6 +6,7 @@ that cannot be read, a restart during ingestion, and expiry."""
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextlib
 import time
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ import openai
 import pytest
 from sqlalchemy import func, select, text, update
 
-from oars.chunking import chunks, extract, html_text, word_tokens
+from oars.chunking import Unsupported, chunks, extract, html_text, word_tokens
 from oars.http import create_app
 from oars.service import ResponsesService
 from oars.settings import ServerSettings
@@ -284,6 +285,8 @@ def test_chunks_overlap_as_the_static_strategy_says() -> None:
     assert " ".join(c.text for c in cut[::2]) + " " == " ".join(words.split()[:1000]) + " "
     assert chunks("", word_tokens, 100, 0) == []
     assert extract("hé".encode("utf-16"), "a.txt") == "hé"
+    with pytest.raises(Unsupported):
+        extract(codecs.BOM_UTF16_LE + b"\x00\xd8", "lone-surrogate.txt")
     assert html_text("<p>a &amp; b</p><script>x</script><p>c</p>") == "a & b\nc"
 
 
@@ -355,7 +358,13 @@ def test_bad_inputs_are_4xx_in_openai_s_shape(tmp_path: Path) -> None:
             ("POST", f"{one}/files", {"file_id": "file-missing"}, 404, "file_id"),
             ("POST", f"{one}/file_batches", {}, 400, "file_ids"),
             ("POST", f"{one}/file_batches", {"file_ids": [fid], "files": []}, 400, "file_ids"),
-            ("POST", f"{one}/file_batches", {"files": [{"attributes": {}}]}, 400, None),
+            (
+                "POST",
+                f"{one}/file_batches",
+                {"files": [{"attributes": {}}]},
+                400,
+                "files[0].file_id",
+            ),
             ("POST", f"{one}/search", {}, 400, "query"),
             ("POST", f"{one}/search", {"query": ""}, 400, "query"),
             (
@@ -406,6 +415,8 @@ def test_bad_inputs_are_4xx_in_openai_s_shape(tmp_path: Path) -> None:
             f"{one}/search", content=b"{", headers={"content-type": "application/json"}
         )
         _is_error(bad, 400)
+        infinite = b'{"file_id": "%s", "attributes": {"n": Infinity}}' % fid.encode()
+        _is_error(httpx.post(f"{one}/files", content=infinite), 400, "attributes.n")
 
 
 def test_a_file_that_cannot_be_read_fails_alone(store_url: str, tmp_path: Path) -> None:
@@ -498,6 +509,20 @@ def test_the_sweeper_expires_a_store(store_url: str, tmp_path: Path) -> None:
         with pytest.raises(openai.BadRequestError):
             client.vector_stores.files.create(vector_store_id=vs.id, file_id=file_id)
         assert client.vector_stores.search(kept.id, query="lava").data
+
+
+def test_the_sdk_s_upload_helpers_end(tmp_path: Path) -> None:
+    with _server(f"sqlite:///{tmp_path}/o.db", tmp_path / "files") as base, _sdk(base) as client:
+        vs = client.vector_stores.create(name="helpers")
+        one = client.vector_stores.files.upload_and_poll(
+            vector_store_id=vs.id, file=CORPUS / DOCS[0], poll_interval_ms=POLL
+        )
+        assert one.status == "completed"
+        batch = client.vector_stores.file_batches.upload_and_poll(
+            vs.id, files=[CORPUS / name for name in DOCS[1:3]], poll_interval_ms=POLL
+        )
+        assert (batch.status, batch.file_counts.completed) == ("completed", 2)
+        assert client.vector_stores.retrieve(vs.id).file_counts.completed == 3
 
 
 def test_a_batch_cancelled_reports_cancelled(tmp_path: Path) -> None:
