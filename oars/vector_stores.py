@@ -14,6 +14,7 @@ with strings, and fail across types.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeGuard
@@ -256,14 +257,10 @@ def matches(spec: Json, attributes: Mapping[str, Any]) -> bool:
         return bool(_same(have, want) == (kind == "eq"))
     if _number(have) != _number(want) or isinstance(have, bool) or isinstance(want, bool):
         return False
-    return bool(
-        {
-            "gt": have > want,
-            "gte": have >= want,
-            "lt": have < want,
-            "lte": have <= want,
-        }[kind]
-    )
+    return bool(_ORDER[kind](have, want))
+
+
+_ORDER = {"gt": operator.gt, "gte": operator.ge, "lt": operator.lt, "lte": operator.le}
 
 
 def _number(value: Any) -> bool:
