@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from oars.background import Background
 from oars.blobs import Blobs
 from oars.chunking import Tokenizer, Unsupported, chunks, extract, word_tokens
 from oars.errors import StoreUnavailable
@@ -30,13 +31,14 @@ def _cut(data: bytes, pending: Pending, tokenizer: Tokenizer) -> list[tuple[str,
     return [(chunk.text, chunk.tokens) for chunk in found]
 
 
-class Ingester:
+class Ingester(Background):
+    name = "ingester"
+
     def __init__(
         self, store: Store, blobs: Blobs, *, tokenizer: Tokenizer = word_tokens, every: float = 5.0
     ) -> None:
         self.store, self.blobs, self.tokenizer, self.every = store, blobs, tokenizer, every
         self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
 
     def nudge(self) -> None:
         """Files were added: take them up now rather than at the next round."""
@@ -73,15 +75,6 @@ class Ingester:
             if len(pending) < _BATCH:
                 break
         return done
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="ingester")
-
-    async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
 
     async def _run(self) -> None:
         while True:

@@ -15,6 +15,7 @@ import asyncio
 import logging
 import time
 
+from oars.background import Background
 from oars.blobs import Blobs
 from oars.errors import StoreUnavailable
 from oars.store import Store
@@ -25,10 +26,11 @@ STALE_PART = 3600.0
 _BATCH = 500  # files a round deletes at most (the next round takes the rest)
 
 
-class Sweeper:
+class Sweeper(Background):
+    name = "sweeper"
+
     def __init__(self, store: Store, blobs: Blobs, *, every: float = 60.0) -> None:
         self.store, self.blobs, self.every = store, blobs, every
-        self._task: asyncio.Task[None] | None = None
 
     async def sweep(self, now: float) -> int:
         """One round at `now` (a time.time()): how many files went."""
@@ -42,15 +44,6 @@ class Sweeper:
         if expired:
             log.info("the sweeper expired %d vector stores", expired)
         return gone
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="sweeper")
-
-    async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
 
     async def _run(self) -> None:
         while True:

@@ -35,6 +35,7 @@ from oars.normalize import validate_metadata
 from oars.store import Hit, Json, ListQuery, NewVectorFile, NewVectorStore, Page, Vectors
 
 _MAX_WORDS = 64  # of a query, searched for
+_TOUCH_EVERY = 60  # seconds: how stale `last_active_at` may be
 
 
 def _vectors(request: Request) -> tuple[Vectors, str]:
@@ -69,6 +70,23 @@ def _list_query(request: Request) -> ListQuery:
         after=params.get("after"),
         before=params.get("before"),
     )
+
+
+async def _used(vectors: Vectors, vs: Json) -> None:
+    """The store was used now: its `last_active_at` (and so `expires_at`) moves, at most once a
+    minute (a search is a read; not every one need be a write)."""
+    now = int(time.time())
+    if now - vs["last_active_at"] >= _TOUCH_EVERY:
+        await vectors.touch_vector_store(vs["id"], now)
+
+
+def _status_filter(request: Request) -> str | None:
+    status = request.query_params.get("filter")
+    if status is not None and status not in rules.FILE_STATUSES:
+        raise InvalidRequest(
+            f"Invalid 'filter': one of {', '.join(rules.FILE_STATUSES)}.", param="filter"
+        )
+    return status
 
 
 def _page(page: Page | None) -> Response:
@@ -191,7 +209,7 @@ async def add_file(request: Request) -> Response:
     vs = await _store(request, vectors, tenant, usable=True)
     added = await _new_files(request, [(file_id, "file_id")], attributes, chunking)
     await vectors.add_vector_files(vs["id"], added, tenant=tenant)
-    await vectors.touch_vector_store(vs["id"], int(time.time()))
+    await _used(vectors, vs)
     _nudge(request)
     return JSON(await vectors.get_vector_file(vs["id"], file_id, tenant=tenant))
 
@@ -199,11 +217,7 @@ async def add_file(request: Request) -> Response:
 async def list_files(request: Request) -> Response:
     vectors, tenant = _vectors(request)
     vs = await _store(request, vectors, tenant)
-    status = request.query_params.get("filter")
-    if status is not None and status not in rules.FILE_STATUSES:
-        raise InvalidRequest(
-            f"Invalid 'filter': one of {', '.join(rules.FILE_STATUSES)}.", param="filter"
-        )
+    status = _status_filter(request)
     query = _list_query(request)
     return _page(await vectors.list_vector_files(vs["id"], query, tenant=tenant, status=status))
 
@@ -300,7 +314,7 @@ async def create_batch(request: Request) -> Response:
     batch_id = new_id("vsfb")
     await vectors.create_file_batch(vs["id"], batch_id, int(time.time()), tenant=tenant)
     await vectors.add_vector_files(vs["id"], added, tenant=tenant, batch_id=batch_id)
-    await vectors.touch_vector_store(vs["id"], int(time.time()))
+    await _used(vectors, vs)
     _nudge(request)
     return JSON(await vectors.get_file_batch(vs["id"], batch_id, tenant=tenant))
 
@@ -329,11 +343,7 @@ async def cancel_batch(request: Request) -> Response:
 async def list_batch_files(request: Request) -> Response:
     vectors, tenant = _vectors(request)
     batch = await _batch(request, vectors, tenant)
-    status = request.query_params.get("filter")
-    if status is not None and status not in rules.FILE_STATUSES:
-        raise InvalidRequest(
-            f"Invalid 'filter': one of {', '.join(rules.FILE_STATUSES)}.", param="filter"
-        )
+    status = _status_filter(request)
     page = await vectors.list_vector_files(
         batch["vector_store_id"],
         _list_query(request),
@@ -380,7 +390,7 @@ async def search(request: Request) -> Response:
                 "content": [{"type": "text", "text": hit.text}],
             }
         )
-    await vectors.touch_vector_store(vs["id"], int(time.time()))
+    await _used(vectors, vs)
     return JSON(
         {
             "object": "vector_store.search_results.page",

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
-import contextlib
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,15 +17,11 @@ import pytest
 from sqlalchemy import func, select, text, update
 
 from oars.chunking import Unsupported, chunks, extract, html_text, word_tokens
-from oars.http import create_app
-from oars.service import ResponsesService
-from oars.settings import ServerSettings
 from oars.store import NewVectorFile, SqlStore
 from oars.store.schema import vector_chunks, vector_stores
 from oars.sweeper import Sweeper
-from oars.testing import ScriptedEngine
 from oars.vector_stores import matches, score
-from tests.conftest import serving
+from tests.conftest import files_server, sdk
 
 A, B = "key-a-0123456789", "key-b-9876543210"
 CORPUS = Path(__file__).parents[1] / "fixtures" / "corpus"
@@ -35,20 +29,10 @@ DOCS = ("volcanoes.md", "sourdough.txt", "orbits.json", "chess.html", "calc.js")
 POLL = 20  # ms between the SDK's polls
 
 
-@contextlib.contextmanager
-def _server(url: str | None, folder: Path, **settings: Any) -> Iterator[str]:
-    app = create_app(
-        ResponsesService(ScriptedEngine()),
-        SqlStore(url) if url else None,
-        settings=ServerSettings(**settings),
-        files=folder,
-    )
-    with serving(app) as base:
-        yield base
+_server = files_server
 
 
-def _sdk(base: str, key: str = "k") -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{base}/v1", api_key=key, max_retries=0)
+_sdk = sdk
 
 
 def _upload(client: openai.OpenAI, name: str) -> str:
