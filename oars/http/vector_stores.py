@@ -9,6 +9,7 @@ background and the store's `status` and `file_counts` follow. Every id is the te
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import time
 from typing import Any
@@ -259,14 +260,13 @@ async def file_content(request: Request) -> Response:
     data: list[Json] = []
     blobs, store = shared(request).blobs, view(request).store
     row = await store.get_file(file["id"]) if store is not None else None
-    handle = blobs.open(file["id"]) if blobs is not None and row is not None else None
-    if handle is not None and row is not None and file["status"] == "completed":
+    indexed = file["status"] == "completed" and row is not None and blobs is not None
+    handle = blobs.open(file["id"]) if indexed and blobs is not None else None
+    if handle is not None and row is not None:
         with handle:
             raw = await asyncio.to_thread(handle.read)
-        try:
+        with contextlib.suppress(Unsupported):  # (it was read once: it still can be)
             data = [{"type": "text", "text": await asyncio.to_thread(extract, raw, row.filename)}]
-        except Unsupported:
-            data = []
     page = {"object": "vector_store.file_content.page", "data": data, "has_more": False}
     return JSON({**page, "next_page": None})
 
