@@ -18,6 +18,12 @@ from openai.types import (
     FileObject,
     FilePurpose,
     Model,
+    VectorStore,
+    VectorStoreCreateParams,
+    VectorStoreDeleted,
+    VectorStoreSearchParams,
+    VectorStoreSearchResponse,
+    VectorStoreUpdateParams,
 )
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.chat import CompletionCreateParams as ChatCompletionCreateParams
@@ -41,6 +47,15 @@ from openai.types.responses import (
     ResponseUsage,
 )
 from openai.types.responses import ResponseCompactParams as CompactParams
+from openai.types.vector_stores import FileBatchCreateParams as VectorStoreFileBatchCreateParams
+from openai.types.vector_stores import FileContentResponse as VectorStoreFileContent
+from openai.types.vector_stores import FileCreateParams as VectorStoreFileCreateParams
+from openai.types.vector_stores import FileUpdateParams as VectorStoreFileUpdateParams
+from openai.types.vector_stores import (
+    VectorStoreFile,
+    VectorStoreFileBatch,
+    VectorStoreFileDeleted,
+)
 from pydantic import BaseModel, Field
 
 __all__ = [
@@ -83,6 +98,23 @@ __all__ = [
     "ResponseList",
     "ResponseStreamEvent",
     "ValidationReport",
+    "VectorStore",
+    "VectorStoreCreateParams",
+    "VectorStoreDeleted",
+    "VectorStoreFile",
+    "VectorStoreFileBatch",
+    "VectorStoreFileBatchCreateParams",
+    "VectorStoreFileContent",
+    "VectorStoreFileContentPage",
+    "VectorStoreFileCreateParams",
+    "VectorStoreFileDeleted",
+    "VectorStoreFileList",
+    "VectorStoreFileUpdateParams",
+    "VectorStoreList",
+    "VectorStoreSearchPage",
+    "VectorStoreSearchParams",
+    "VectorStoreSearchResponse",
+    "VectorStoreUpdateParams",
 ]
 
 
@@ -190,6 +222,42 @@ class FileList(BaseModel):
     first_id: str | None
     last_id: str | None
     has_more: bool
+
+
+class VectorStoreList(BaseModel):
+    object: Literal["list"]
+    data: list[VectorStore]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
+
+
+class VectorStoreFileList(BaseModel):
+    object: Literal["list"]
+    data: list[VectorStoreFile]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
+
+
+class VectorStoreFileContentPage(BaseModel):
+    """A vector store file's parsed text (the SDK reads it as a page of `data`)."""
+
+    object: Literal["vector_store.file_content.page"]
+    data: list[VectorStoreFileContent]
+    has_more: bool
+    next_page: str | None
+
+
+class VectorStoreSearchPage(BaseModel):
+    """`POST /v1/vector_stores/{id}/search`'s answer: `search_query` is the query as sent
+    (oars does not rewrite it)."""
+
+    object: Literal["vector_store.search_results.page"]
+    search_query: list[str]
+    data: list[VectorStoreSearchResponse]
+    has_more: bool
+    next_page: str | None
 
 
 class ResponseList(BaseModel):

@@ -1,4 +1,5 @@
-"""One sweeper for what expires, run by every replica: uploaded files past their `expires_at`
+"""One sweeper for what expires, run by every replica: vector stores past their `expires_at`
+(marked `expired`, their chunks dropped), uploaded files past their `expires_at`
 (the row, then the bytes: a row always names bytes that are there), and what an upload cut off
 by a crash left in the files' folder (a `.part-…` nothing has written to for `STALE_PART`
 seconds; a live upload writes at least every minute, or is cut off as stalled).
@@ -14,6 +15,7 @@ import asyncio
 import logging
 import time
 
+from oars.background import Background
 from oars.blobs import Blobs
 from oars.errors import StoreUnavailable
 from oars.store import Store
@@ -24,10 +26,11 @@ STALE_PART = 3600.0
 _BATCH = 500  # files a round deletes at most (the next round takes the rest)
 
 
-class Sweeper:
+class Sweeper(Background):
+    name = "sweeper"
+
     def __init__(self, store: Store, blobs: Blobs, *, every: float = 60.0) -> None:
         self.store, self.blobs, self.every = store, blobs, every
-        self._task: asyncio.Task[None] | None = None
 
     async def sweep(self, now: float) -> int:
         """One round at `now` (a time.time()): how many files went."""
@@ -37,16 +40,10 @@ class Sweeper:
                 gone += 1
             await asyncio.to_thread(self.blobs.remove, file_id)
         await asyncio.to_thread(self.blobs.drop_parts, now - STALE_PART)
+        expired = await self.store.expire_vector_stores(now)
+        if expired:
+            log.info("the sweeper expired %d vector stores", expired)
         return gone
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="sweeper")
-
-    async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
 
     async def _run(self) -> None:
         while True:

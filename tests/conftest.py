@@ -15,9 +15,12 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    import openai
 
 _ID = re.compile(r"^(resp|msg|rs|fc|call|ctc|mcp|mcpl|mcpr|ts|tso|sh|lsh|apc|cmp)_[0-9a-f]{16,}$")
 
@@ -193,6 +196,33 @@ def serving(app: Any) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+@contextlib.contextmanager
+def files_server(url: str | None, folder: Any, **settings: Any) -> Iterator[str]:
+    """The app on the scripted engine, with its store at `url` (None: no store) and uploaded
+    files in `folder`, served: its base URL."""
+    from oars.http import create_app
+    from oars.service import ResponsesService
+    from oars.settings import ServerSettings
+    from oars.store import SqlStore
+    from oars.testing import ScriptedEngine
+
+    app = create_app(
+        ResponsesService(ScriptedEngine()),
+        SqlStore(url) if url else None,
+        settings=ServerSettings(**settings),
+        files=folder,
+    )
+    with serving(app) as base:
+        yield base
+
+
+def sdk(base: str, key: str = "k") -> openai.OpenAI:
+    """The openai SDK's client of a server, without retries."""
+    import openai
+
+    return openai.OpenAI(base_url=f"{base}/v1", api_key=key, max_retries=0)
 
 
 # ---- a real MCP server (tests/mcp_server.py) ------------------------------------------------------

@@ -2,7 +2,8 @@
 
 Route handlers are module-level functions; what they share (the runs, the store) is on
 `app.state.oars`. Handlers for responses are in `oars.http.responses`, conversations in
-`oars.http.conversations`, files in `oars.http.files`, embeddings in `oars.http.embeddings`.
+`oars.http.conversations`, files in `oars.http.files`, embeddings in
+`oars.http.embeddings`, vector stores in `oars.http.vector_stores`.
 """
 
 from __future__ import annotations
@@ -38,11 +39,13 @@ from oars.http import (
     messages,
     pages,
     responses,
+    vector_stores,
     websocket,
 )
 from oars.http.common import JSON, Shared, shared
 from oars.http.messages import anthropic_path
 from oars.http.openapi import Endpoint, Param, docs_page, document_bytes
+from oars.ingest import Ingester
 from oars.messages import error_body
 from oars.metrics import Metrics, timed_store
 from oars.runs import Runs
@@ -183,6 +186,20 @@ _FILES_PAGE = [
 ]
 R, CHAT, MSG, C, F, OPS = "responses", "chat", "messages", "conversations", "files", "operator"
 EMB = "embeddings"
+VS = "vector_stores"
+_VS = "/v1/vector_stores/{vector_store_id}"
+_VS_FILE = f"{_VS}/files/{{file_id}}"
+_VS_BATCH = f"{_VS}/file_batches/{{batch_id}}"
+_VS_PAGE = [*_PAGE, Param("before", "query", {"type": "string"}, "list before this id")]
+_VS_FILES_PAGE = [
+    *_VS_PAGE,
+    Param(
+        "filter",
+        "query",
+        {"type": "string", "enum": ["in_progress", "completed", "failed", "cancelled"]},
+        "only files of this status",
+    ),
+]
 
 ENDPOINTS = (
     Endpoint(
@@ -394,6 +411,138 @@ ENDPOINTS = (
         api.EmbeddingList,
     ),
     Endpoint(
+        "POST",
+        "/v1/vector_stores",
+        vector_stores.create,
+        "Create a vector store (its `file_ids` are indexed in the background)",
+        VS,
+        api.VectorStoreCreateParams,
+        api.VectorStore,
+    ),
+    Endpoint(
+        "GET",
+        "/v1/vector_stores",
+        vector_stores.list_stores,
+        "List vector stores",
+        VS,
+        returns=api.VectorStoreList,
+        query=_VS_PAGE,
+    ),
+    Endpoint(
+        "GET", _VS, vector_stores.retrieve, "Retrieve a vector store", VS, returns=api.VectorStore
+    ),
+    Endpoint(
+        "POST",
+        _VS,
+        vector_stores.modify,
+        "Modify a vector store's name, expiry or metadata",
+        VS,
+        api.VectorStoreUpdateParams,
+        api.VectorStore,
+    ),
+    Endpoint(
+        "DELETE",
+        _VS,
+        vector_stores.delete,
+        "Delete a vector store (its files stay)",
+        VS,
+        returns=api.VectorStoreDeleted,
+    ),
+    Endpoint(
+        "POST",
+        f"{_VS}/search",
+        vector_stores.search,
+        "Search a vector store's chunks by keyword",
+        VS,
+        api.VectorStoreSearchParams,
+        api.VectorStoreSearchPage,
+    ),
+    Endpoint(
+        "POST",
+        f"{_VS}/files",
+        vector_stores.add_file,
+        "Add a file to a vector store (indexed in the background)",
+        VS,
+        api.VectorStoreFileCreateParams,
+        api.VectorStoreFile,
+    ),
+    Endpoint(
+        "GET",
+        f"{_VS}/files",
+        vector_stores.list_files,
+        "List a vector store's files",
+        VS,
+        returns=api.VectorStoreFileList,
+        query=_VS_FILES_PAGE,
+    ),
+    Endpoint(
+        "GET",
+        _VS_FILE,
+        vector_stores.retrieve_file,
+        "Retrieve a vector store file",
+        VS,
+        returns=api.VectorStoreFile,
+    ),
+    Endpoint(
+        "POST",
+        _VS_FILE,
+        vector_stores.update_file,
+        "Update a vector store file's attributes",
+        VS,
+        api.VectorStoreFileUpdateParams,
+        api.VectorStoreFile,
+    ),
+    Endpoint(
+        "DELETE",
+        _VS_FILE,
+        vector_stores.delete_file,
+        "Remove a file from a vector store (the file itself stays)",
+        VS,
+        returns=api.VectorStoreFileDeleted,
+    ),
+    Endpoint(
+        "GET",
+        f"{_VS_FILE}/content",
+        vector_stores.file_content,
+        "A vector store file's parsed text",
+        VS,
+        returns=api.VectorStoreFileContentPage,
+    ),
+    Endpoint(
+        "POST",
+        f"{_VS}/file_batches",
+        vector_stores.create_batch,
+        "Add a batch of files to a vector store",
+        VS,
+        api.VectorStoreFileBatchCreateParams,
+        api.VectorStoreFileBatch,
+    ),
+    Endpoint(
+        "GET",
+        _VS_BATCH,
+        vector_stores.retrieve_batch,
+        "Retrieve a file batch",
+        VS,
+        returns=api.VectorStoreFileBatch,
+    ),
+    Endpoint(
+        "POST",
+        f"{_VS_BATCH}/cancel",
+        vector_stores.cancel_batch,
+        "Cancel a file batch (its files not yet indexed are cancelled)",
+        VS,
+        returns=api.VectorStoreFileBatch,
+    ),
+    Endpoint(
+        "GET",
+        f"{_VS_BATCH}/files",
+        vector_stores.list_batch_files,
+        "List a file batch's files",
+        VS,
+        returns=api.VectorStoreFileList,
+        query=_VS_FILES_PAGE,
+    ),
+    Endpoint(
         "GET", "/v1/models", list_models, "List the models served", OPS, returns=api.ModelList
     ),
     Endpoint(
@@ -486,18 +635,21 @@ def create_app(
 
     blobs = Blobs(files) if files is not None else None
     sweeper = Sweeper(store, blobs) if store is not None and blobs is not None else None
+    ingester = Ingester(store, blobs) if store is not None and blobs is not None else None
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await runs.open()
         await service.open()
-        if sweeper is not None:
-            sweeper.start()
+        for task in (sweeper, ingester):
+            if task is not None:
+                task.start()
         try:
             yield
         finally:
-            if sweeper is not None:
-                await sweeper.close()
+            for task in (sweeper, ingester):
+                if task is not None:
+                    await task.close()
             await runs.close()
             await service.aclose()
             if embedder is not None:
@@ -513,7 +665,9 @@ def create_app(
         Exception: _server_error,
     }
     app = Starlette(routes=[*ROUTES, *SOCKETS], exception_handlers=handlers, lifespan=lifespan)  # type: ignore[arg-type]
-    app.state.oars = Shared(service, int(time.time()), metrics, limits, runs, blobs, embedder)
+    app.state.oars = Shared(
+        service, int(time.time()), metrics, limits, runs, blobs, embedder, ingester
+    )
     if settings.api_keys:
         public = frozenset(f"/{name}" for name in settings.public)
         app.add_middleware(Auth, keys=settings.api_keys, public=public | _PAGES)

@@ -9,7 +9,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -24,12 +24,16 @@ from oars.normalize import ResponseRequest, normalize
 from oars.runs import RunHandle, Runs
 from oars.service import ResponsesService
 from oars.settings import Limits
-from oars.store import Page, Reads
+from oars.store import Page, Reads, Vectors
 from oars.tenancy import Tenant
 from oars.tools import ignored_tools
 from oars.turn import Turn
 
 log = logging.getLogger("oars.http")
+
+
+class Nudge(Protocol):
+    def nudge(self) -> None: ...
 
 
 @dataclass
@@ -44,6 +48,11 @@ class Shared:
     _runs: Runs
     blobs: Blobs | None = None  # uploaded files' bytes (`/v1/files`); None: no files kept
     embedder: Embedder | None = None  # `/v1/embeddings`' model; None: none is served
+    ingester: Nudge | None = None  # what indexes files added to vector stores
+
+    def vectors(self) -> Vectors | None:
+        """Vector stores: every method takes the tenant whose they are (`tenant_of`)."""
+        return self._runs.store
 
     def tenant(self, tenant: str) -> Tenant:
         return Tenant(self._runs, tenant)

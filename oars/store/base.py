@@ -162,6 +162,154 @@ class FileQuery:
     now: int = 0
 
 
+@dataclass(frozen=True)
+class ListQuery:
+    """A page of a cursor list: up to `limit`, in creation order (`asc`) or its reverse, after
+    the id `after` and/or before the id `before`."""
+
+    limit: int = 20
+    order: str = "desc"
+    after: str | None = None
+    before: str | None = None
+
+
+@dataclass(frozen=True)
+class NewVectorStore:
+    id: str
+    created_ns: int
+    name: str
+    description: str | None
+    metadata: Mapping[str, str]
+    expires_days: int | None
+
+
+@dataclass(frozen=True)
+class NewVectorFile:
+    """A file added to a vector store (again: its chunks go, it is indexed anew)."""
+
+    file_id: str
+    attributes: Json
+    chunking: Json  # {type: static, static: {max_chunk_size_tokens, chunk_overlap_tokens}}
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A file of a vector store still to index (`in_progress`), as the ingester takes it up."""
+
+    vector_store_id: str
+    file_id: str
+    created_ns: int  # which adding it is: one that was added again meanwhile is not indexed
+    filename: str
+    chunking: Json
+
+
+@dataclass(frozen=True)
+class Hit:
+    chunk_id: int
+    file_id: str
+    text: str
+    rank: float  # the keyword rank, ≥ 0, larger is better (`oars.vector_stores.score`)
+
+
+class Vectors(Protocol):
+    """Vector stores, their files, batches and chunks. Every method names the `tenant` whose
+    the objects are: another tenant's do not exist (None, False, or left out)."""
+
+    async def create_vector_store(
+        self, store: NewVectorStore, files: Sequence[NewVectorFile], *, tenant: str
+    ) -> None: ...
+
+    async def get_vector_store(self, vector_store_id: str, *, tenant: str) -> Json | None:
+        """The `VectorStore` as the wire shows it (its status and counts its files')."""
+        ...
+
+    async def list_vector_stores(self, query: ListQuery, *, tenant: str) -> Page | None: ...
+
+    async def update_vector_store(
+        self, vector_store_id: str, changes: Mapping[str, Any], *, tenant: str
+    ) -> bool:
+        """Set `name`, `metadata` and/or `expires_days` (recomputing `expires_at`)."""
+        ...
+
+    async def delete_vector_store(self, vector_store_id: str, *, tenant: str) -> bool: ...
+
+    async def touch_vector_store(self, vector_store_id: str, now: int) -> None:
+        """It was used at `now`: its `last_active_at`, and so its `expires_at`."""
+        ...
+
+    async def add_vector_files(
+        self,
+        vector_store_id: str,
+        files: Sequence[NewVectorFile],
+        *,
+        tenant: str,
+        batch_id: str | None = None,
+    ) -> None: ...
+
+    async def get_vector_file(
+        self, vector_store_id: str, file_id: str, *, tenant: str
+    ) -> Json | None: ...
+
+    async def list_vector_files(
+        self,
+        vector_store_id: str,
+        query: ListQuery,
+        *,
+        tenant: str,
+        status: str | None = None,
+        batch_id: str | None = None,
+    ) -> Page | None: ...
+
+    async def update_vector_file(
+        self, vector_store_id: str, file_id: str, attributes: Json, *, tenant: str
+    ) -> Json | None: ...
+
+    async def delete_vector_file(self, vector_store_id: str, file_id: str, *, tenant: str) -> bool:
+        """Take the file out of the store (its chunks too); the file itself stays."""
+        ...
+
+    async def vector_file_chunks(self, vector_store_id: str, file_id: str) -> list[str]: ...
+
+    async def create_file_batch(
+        self, vector_store_id: str, batch_id: str, created_at: int, *, tenant: str
+    ) -> None: ...
+
+    async def get_file_batch(
+        self, vector_store_id: str, batch_id: str, *, tenant: str
+    ) -> Json | None: ...
+
+    async def cancel_file_batch(self, vector_store_id: str, batch_id: str, *, tenant: str) -> bool:
+        """Mark the batch cancelled and its files still in progress `cancelled`."""
+        ...
+
+    async def searchable_files(self, vector_store_id: str) -> dict[str, tuple[str, Json]]:
+        """The store's indexed files: file id → (filename, attributes)."""
+        ...
+
+    async def search_chunks(
+        self, vector_store_id: str, words: Sequence[str], file_ids: Sequence[str] | None, limit: int
+    ) -> list[Hit]:
+        """The `limit` best chunks holding any of `words`, of `file_ids` only if given."""
+        ...
+
+    # ---- the ingester's and the sweeper's ---------------------------------------------------
+
+    async def pending_vector_files(self, *, limit: int) -> list[Pending]: ...
+
+    async def index_vector_file(
+        self, pending: Pending, chunks: Sequence[tuple[str, int]], tokenizer: str
+    ) -> bool:
+        """Keep a file's chunks (text, tokens) and mark it `completed`, in one transaction,
+        unless it is no longer this pending adding of it (removed, added again, cancelled)."""
+        ...
+
+    async def fail_vector_file(self, pending: Pending, code: str, message: str) -> None: ...
+
+    async def expire_vector_stores(self, now: float) -> int:
+        """Mark the stores past their `expires_at` expired and drop their chunks: how many."""
+        ...
+
+
 class Reads(Protocol):
     """What a request may see and change of what is kept: responses, their items and logs, and
     conversations. This is what a tenant's view (`oars.store.tenant.Scoped`) wraps.
@@ -274,5 +422,5 @@ class Upkeep(Protocol):
     async def close(self) -> None: ...
 
 
-class Store(Reads, Upkeep, Protocol):
+class Store(Reads, Upkeep, Vectors, Protocol):
     """The whole store: what requests read through, and what the replica keeps up."""

@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from oars.store.base import FileQuery, Page, StoredFile
 from oars.store.schema import files
 from oars.store.transactions import guarded
+from oars.store.vectors import forget_file
 
 
 def _file(row: Any) -> StoredFile:
@@ -90,4 +91,6 @@ class FileRows:
     async def delete_file(self, file_id: str) -> bool:
         async with self.engine.begin() as conn:
             gone = await conn.execute(delete(files).where(files.c.id == file_id))
+            for statement in forget_file(file_id):  # and from every vector store
+                await conn.execute(statement)
         return bool(gone.rowcount)

@@ -105,6 +105,73 @@ files = Table(
 )
 Index("files_by_tenant", files.c.tenant, files.c.created_ns)
 
+# Vector stores (`/v1/vector_stores`): a store's status and file counts are its files'.
+vector_stores = Table(
+    "vector_stores",
+    metadata,
+    Column("id", _ID, primary_key=True),
+    Column("tenant", String(64), nullable=False),
+    Column("created_ns", BigInteger, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("description", Text),
+    Column("metadata", Text, nullable=False),  # JSON
+    Column("expires_days", Integer),  # `expires_after.days`; null: kept until deleted
+    Column("expires_at", Integer),
+    Column("last_active_at", Integer, nullable=False),
+    Column("expired", Boolean, nullable=False),  # the sweeper found it past `expires_at`
+)
+Index("vector_stores_by_tenant", vector_stores.c.tenant, vector_stores.c.created_ns)
+
+vector_store_files = Table(
+    "vector_store_files",
+    metadata,
+    Column("vector_store_id", _ID, primary_key=True),
+    Column("file_id", _ID, primary_key=True),
+    Column("tenant", String(64), nullable=False),
+    Column("created_ns", BigInteger, nullable=False),
+    Column("batch_id", _ID),
+    Column("status", String(16), nullable=False),
+    Column("last_error", Text),  # JSON {code, message}
+    Column("attributes", Text, nullable=False),  # JSON
+    Column("chunking", Text, nullable=False),  # JSON, the `static` strategy
+    Column("usage_bytes", BigInteger, nullable=False),
+    Column("tokenizer", String(64)),  # the `oars.chunking.Tokenizer` it was cut with
+)
+Index(
+    "vector_store_files_by_store",
+    vector_store_files.c.vector_store_id,
+    vector_store_files.c.created_ns,
+)
+Index("vector_store_files_by_status", vector_store_files.c.status)
+Index("vector_store_files_by_file", vector_store_files.c.file_id)
+
+vector_store_file_batches = Table(
+    "vector_store_file_batches",
+    metadata,
+    Column("id", _ID, primary_key=True),
+    Column("vector_store_id", _ID, nullable=False),
+    Column("tenant", String(64), nullable=False),
+    Column("created_at", Integer, nullable=False),
+    Column("cancelled", Boolean, nullable=False),
+)
+
+# A file's chunks, written with its status `completed` in one transaction; the keyword index is
+# kept beside (`_v6`): FTS5 on SQLite, a generated tsvector with a GIN index on PostgreSQL.
+vector_chunks = Table(
+    "vector_chunks",
+    metadata,
+    Column(
+        "id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    ),
+    Column("vector_store_id", _ID, nullable=False),
+    Column("file_id", _ID, nullable=False),
+    Column("position", Integer, nullable=False),
+    Column("text", Text, nullable=False),
+    Column("tokens", Integer, nullable=False),
+)
+Index("vector_chunks_by_file", vector_chunks.c.vector_store_id, vector_chunks.c.file_id)
+VECTOR_TABLES = (vector_stores, vector_store_files, vector_store_file_batches, vector_chunks)
+
 
 def _v1(conn: Connection) -> None:
     metadata.create_all(conn, checkfirst=True)
@@ -150,8 +217,34 @@ def _v5(conn: Connection) -> None:
     files.create(conn, checkfirst=True)  # with its index
 
 
+_FTS5 = (
+    "CREATE VIRTUAL TABLE IF NOT EXISTS vector_chunks_fts USING fts5("
+    "text, content='vector_chunks', content_rowid='id')",
+    "CREATE TRIGGER IF NOT EXISTS vector_chunks_ai AFTER INSERT ON vector_chunks BEGIN "
+    "INSERT INTO vector_chunks_fts(rowid, text) VALUES (new.id, new.text); END",
+    "CREATE TRIGGER IF NOT EXISTS vector_chunks_ad AFTER DELETE ON vector_chunks BEGIN "
+    "INSERT INTO vector_chunks_fts(vector_chunks_fts, rowid, text) "
+    "VALUES ('delete', old.id, old.text); END",
+)
+_TSVECTOR = (
+    "ALTER TABLE vector_chunks ADD COLUMN IF NOT EXISTS tsv tsvector "
+    "GENERATED ALWAYS AS (to_tsvector('simple', text)) STORED",
+    "CREATE INDEX IF NOT EXISTS vector_chunks_tsv ON vector_chunks USING GIN (tsv)",
+)
+
+
+def _v6(conn: Connection) -> None:
+    """Vector stores, their files and batches, and the files' chunks with a keyword index:
+    FTS5 (external content, kept by triggers in the chunks' own transaction) on SQLite, a
+    `simple` tsvector with a GIN index on PostgreSQL."""
+    for table in VECTOR_TABLES:
+        table.create(conn, checkfirst=True)
+    for statement in _TSVECTOR if conn.dialect.name == "postgresql" else _FTS5:
+        conn.execute(text(statement))
+
+
 # Step N brings the schema from version N-1 to N. Append; never edit a released step.
-STEPS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5]
+STEPS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6]
 
 
 async def upgrade(engine: AsyncEngine) -> int:

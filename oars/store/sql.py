@@ -40,6 +40,7 @@ from oars.store.transactions import (
     renew_leases,
     write_transaction,
 )
+from oars.store.vectors import VectorRows
 
 _UNFINISHED = ("queued", "in_progress")
 
@@ -71,7 +72,7 @@ def _page(items: list[Json], *, after: str | None, limit: int | None, order: str
     return Page(items[:limit], len(items) > limit)
 
 
-class SqlStore(FileRows):
+class SqlStore(FileRows, VectorRows):
     """`Store` on SQLAlchemy's async engine (aiosqlite or asyncpg)."""
 
     def __init__(self, spec: str) -> None:

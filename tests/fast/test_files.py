@@ -6,10 +6,8 @@ too large or cut off leaves nothing on disk or in the store."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,31 +17,18 @@ import pytest
 from openai.types import FilePurpose
 from sqlalchemy import text, update
 
-from oars.http import create_app
-from oars.service import ResponsesService
-from oars.settings import Limits, ServerSettings
+from oars.settings import Limits
 from oars.store import FileQuery, SqlStore
 from oars.store.schema import files
-from oars.testing import ScriptedEngine
-from tests.conftest import serving
+from tests.conftest import files_server, sdk
 
 A, B = "key-a-0123456789", "key-b-9876543210"
 
 
-@contextlib.contextmanager
-def _server(url: str | None, folder: Path, **settings: Any) -> Iterator[str]:
-    app = create_app(
-        ResponsesService(ScriptedEngine()),
-        SqlStore(url) if url else None,
-        settings=ServerSettings(**settings),
-        files=folder,
-    )
-    with serving(app) as base:
-        yield base
+_server = files_server
 
 
-def _sdk(base: str, key: str = "k") -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{base}/v1", api_key=key, max_retries=0)
+_sdk = sdk
 
 
 def _rows(url: str) -> list[dict[str, Any]]:
