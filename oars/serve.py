@@ -70,6 +70,7 @@ def serve(
     from oars.http import create_app
     from oars.http.app import default_replica
     from oars.metrics import Metrics
+    from oars.ranking import searchers
     from oars.sealing import Sealer
     from oars.service import ResponsesService
     from oars.store import SqlStore
@@ -86,12 +87,13 @@ def serve(
     home = oars_home()
     spec = settings.store.url or str(home / "oars.db")
     store = None if spec == "none" else SqlStore(spec)
+    files = searchers(store) if store is not None else None  # file_search, over vector stores
     service = ResponsesService(
         engines,
         default_temperature=server.temperature,
         sealer=Sealer.from_home(home),
         strict_models=bool(gateway),
-        toolboxes=ToolboxFactory(tools, web=search),
+        toolboxes=ToolboxFactory(tools, web=search, files=files),
     )
     metrics = Metrics()
     observe(metrics, engines)

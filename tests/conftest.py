@@ -199,18 +199,28 @@ def serving(app: Any) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def files_server(url: str | None, folder: Any, **settings: Any) -> Iterator[str]:
-    """The app on the scripted engine, with its store at `url` (None: no store) and uploaded
-    files in `folder`, served: its base URL."""
+def files_server(
+    url: str | None, folder: Any, engine: Any = None, **settings: Any
+) -> Iterator[str]:
+    """The app on the scripted engine (`engine`, or one of its own), with its store at `url`
+    (None: no store) and uploaded files in `folder`, served, running `file_search` over its
+    vector stores: its base URL."""
     from oars.http import create_app
+    from oars.mcp.config import McpConfig
+    from oars.ranking import searchers
     from oars.service import ResponsesService
     from oars.settings import ServerSettings
     from oars.store import SqlStore
     from oars.testing import ScriptedEngine
+    from oars.toolbox import ToolboxFactory
 
+    store = SqlStore(url) if url else None
+    files = searchers(store) if store is not None else None
     app = create_app(
-        ResponsesService(ScriptedEngine()),
-        SqlStore(url) if url else None,
+        ResponsesService(
+            engine or ScriptedEngine(), toolboxes=ToolboxFactory(McpConfig(), files=files)
+        ),
+        store,
         settings=ServerSettings(**settings),
         files=folder,
     )

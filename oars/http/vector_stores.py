@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import time
 from typing import Any
 
@@ -33,10 +32,9 @@ from oars.http.common import (
 )
 from oars.ids import new_id
 from oars.normalize import validate_metadata
-from oars.store import Hit, Json, ListQuery, NewVectorFile, NewVectorStore, Page, Vectors
-
-_MAX_WORDS = 64  # of a query, searched for
-_TOUCH_EVERY = 60  # seconds: how stale `last_active_at` may be
+from oars.ranking import search_store, used
+from oars.ranking import usable as usable_store
+from oars.store import Json, ListQuery, NewVectorFile, NewVectorStore, Page, Vectors
 
 
 def _vectors(request: Request) -> tuple[Vectors, str]:
@@ -73,14 +71,6 @@ def _list_query(request: Request) -> ListQuery:
     )
 
 
-async def _used(vectors: Vectors, vs: Json) -> None:
-    """The store was used now: its `last_active_at` (and so `expires_at`) moves, at most once a
-    minute (a search is a read; not every one need be a write)."""
-    now = int(time.time())
-    if now - vs["last_active_at"] >= _TOUCH_EVERY:
-        await vectors.touch_vector_store(vs["id"], now)
-
-
 def _status_filter(request: Request) -> str | None:
     status = request.query_params.get("filter")
     if status is not None and status not in rules.FILE_STATUSES:
@@ -98,15 +88,11 @@ def _page(page: Page | None) -> Response:
 
 async def _store(request: Request, vectors: Vectors, tenant: str, *, usable: bool = False) -> Json:
     vs_id = path_id(request, "vector_store_id")
+    if usable:
+        return await usable_store(vectors, vs_id, tenant, "vector_store_id")
     found = await vectors.get_vector_store(vs_id, tenant=tenant)
     if found is None:
         raise NotFound(f"Vector store with id '{vs_id}' not found.", param="vector_store_id")
-    if usable and found["status"] == "expired":
-        raise InvalidRequest(
-            f"Vector store '{vs_id}' has expired: it can no longer be searched or changed.",
-            param="vector_store_id",
-            code="vector_store_expired",
-        )
     return found
 
 
@@ -210,7 +196,7 @@ async def add_file(request: Request) -> Response:
     vs = await _store(request, vectors, tenant, usable=True)
     added = await _new_files(request, [(file_id, "file_id")], attributes, chunking)
     await vectors.add_vector_files(vs["id"], added, tenant=tenant)
-    await _used(vectors, vs)
+    await used(vectors, vs)
     _nudge(request)
     return JSON(await vectors.get_vector_file(vs["id"], file_id, tenant=tenant))
 
@@ -314,7 +300,7 @@ async def create_batch(request: Request) -> Response:
     batch_id = new_id("vsfb")
     await vectors.create_file_batch(vs["id"], batch_id, int(time.time()), tenant=tenant)
     await vectors.add_vector_files(vs["id"], added, tenant=tenant, batch_id=batch_id)
-    await _used(vectors, vs)
+    await used(vectors, vs)
     _nudge(request)
     return JSON(await vectors.get_file_batch(vs["id"], batch_id, tenant=tenant))
 
@@ -361,36 +347,25 @@ async def search(request: Request) -> Response:
     vectors, tenant = _vectors(request)
     asked = rules.search(rules.object_body(await read_json(request)))
     vs = await _store(request, vectors, tenant, usable=True)
-    files = await vectors.searchable_files(vs["id"])
-    only = None
-    if asked.filters is not None:
-        only = [
-            f for f, (_, attributes) in files.items() if rules.matches(asked.filters, attributes)
-        ]
-    best: dict[int, Hit] = {}
-    for query in asked.queries:
-        words = re.findall(r"\w+", query.lower())[:_MAX_WORDS]
-        for hit in await vectors.search_chunks(vs["id"], words, only, asked.max_num_results):
-            known = best.get(hit.chunk_id)
-            if hit.file_id in files and (known is None or hit.rank > known.rank):
-                best[hit.chunk_id] = hit
-    ranked = sorted(best.values(), key=lambda h: (-h.rank, h.chunk_id))
-    data: list[Json] = []
-    for hit in ranked:
-        score = rules.score(hit.rank)
-        if score < asked.score_threshold or len(data) == asked.max_num_results:
-            break
-        filename, attributes = files[hit.file_id]
-        data.append(
-            {
-                "file_id": hit.file_id,
-                "filename": filename,
-                "score": score,
-                "attributes": attributes,
-                "content": [{"type": "text", "text": hit.text}],
-            }
-        )
-    await _used(vectors, vs)
+    found = await search_store(
+        vectors,
+        vs["id"],
+        asked.queries,
+        filters=asked.filters,
+        limit=asked.max_num_results,
+        threshold=asked.score_threshold,
+    )
+    data = [
+        {
+            "file_id": r.file_id,
+            "filename": r.filename,
+            "score": r.score,
+            "attributes": r.attributes,
+            "content": [{"type": "text", "text": r.text}],
+        }
+        for r in found
+    ]
+    await used(vectors, vs)
     return JSON(
         {
             "object": "vector_store.search_results.page",
