@@ -146,19 +146,17 @@ def _queries(asked: Mapping[str, Any]) -> list[str]:
     return [q.strip() for q in raw if isinstance(q, str) and q.strip()][:_MAX_QUERIES]
 
 
-_MAX_QUERIES = 5
+_MAX_QUERIES = 3  # as the function offered takes them (`oars.tools.FILE_SEARCH`)
 
 
 def _results(queries: list[str], found: list[Found]) -> str:
-    """Results as the model reads them, each under its handle to cite."""
+    """Results as the model reads them, numbered by their handles, then how to cite one (the
+    shape of a web search's, which the small default model answers from)."""
     asked = ", ".join(json.dumps(q) for q in queries)
     if not found:
         return f"No results for {asked}."
     lines = [f"Results for {asked}:"]
     for result in found:
-        lines += ["", f"【{result.handle}】 {result.filename}", result.text[:RESULT_CHARS]]
+        lines += ["", f"[{result.handle}] {result.filename}", result.text[:RESULT_CHARS]]
     text = "\n".join(lines)[:READ_CHARS]
-    return (
-        text
-        + "\n\nCite a result you use by writing its handle, e.g. 【1】, after the words it supports."
-    )
+    return text + "\n\nCite a result you use with its number in these brackets: 【1】."

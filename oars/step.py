@@ -18,11 +18,13 @@ from typing import TYPE_CHECKING, Protocol
 from oars.engines import Engine, Opened
 from oars.errors import EngineError
 from oars.events import Event, ResponseBuilder
+from oars.events.items import arguments_object
 from oars.generation import EngineChunk, FinishReason, TokenLogprob, Usage
 from oars.metrics import TokenClock
 from oars.parsing import Segment, SegmentKind
 from oars.tools import Tool, ToolSet
 from oars.turn import Turn
+from oars.web_run import action_of
 
 if TYPE_CHECKING:
     from oars.file_run import Searchers
@@ -298,17 +300,22 @@ class Step:
         return []
 
     def _cut_call(self) -> list[Event]:
-        """A server-side call the model had not finished when it stopped: its item shows it,
-        and the response's ending closes it as cut (it never runs)."""
+        """A server-side call the model had not finished when it stopped: its item (of its
+        tool's type: a search's is searching) shows it, and the response's ending closes it
+        as cut (it never runs)."""
         pending, self._pending = self._pending, None
         if pending is None:
             return []
         self.cut = True
         tool = pending.tool
-        return [
-            *self.release(),
-            *self.builder.mcp_call(tool.namespace or "", tool.name, pending.arguments),
-        ]
+        if tool.kind == "server_file_search":
+            item = self.builder.file_search_call()
+        elif tool.kind == "server_web_search":
+            asked = arguments_object(pending.arguments)
+            item = self.builder.web_search_call(action_of(tool.name, asked))
+        else:
+            item = self.builder.mcp_call(tool.namespace or "", tool.name, pending.arguments)
+        return [*self.release(), *item]
 
     def _settle(self, carry: _Carry, kind: SegmentKind | None) -> None:
         if kind is SegmentKind.REASONING:

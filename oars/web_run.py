@@ -72,7 +72,7 @@ class WebRun:
         """One call the model wrote: its item, in progress while the backend answers, then
         completed (or failed, with the reason as what the model reads)."""
         asked = arguments_object(arguments)
-        events = builder.web_search_call(_action(name, asked))
+        events = builder.web_search_call(action_of(name, asked))
         item_id = str(events[-1]["item_id"])
         for event in events:
             yield event
@@ -124,7 +124,7 @@ def _text(asked: Mapping[str, Any], key: str) -> str:
     return value.strip()
 
 
-def _action(name: str, asked: Mapping[str, Any]) -> dict[str, Any]:
+def action_of(name: str, asked: Mapping[str, Any]) -> dict[str, Any]:
     """The item's action: what the model asked, as OpenAI's item shows it."""
 
     def field_(key: str) -> str:

@@ -69,7 +69,7 @@ def test_a_forced_file_search_is_read_and_cited(store_url: str, tmp_path: Path) 
         assert 0 < search["results"][0]["score"] <= 1
         # the model read the results under their handles
         read = "\n".join(m.content for m in engine.requests[-1].messages if m.role == "tool")
-        assert "【1】 sourdough.txt" in read and "Feed the starter daily" in read
+        assert "[1] sourdough.txt" in read and "Feed the starter daily" in read
         text = message["content"][0]
         citation = {
             "type": "file_citation",
@@ -122,3 +122,34 @@ def test_a_bad_file_search_tool_is_a_400(tmp_path: Path) -> None:
             r = httpx.post(f"{base}/v1/responses", json=body, timeout=30)
             assert r.status_code in (400, 404), r.text
             assert r.json()["error"]["param"] == param, r.text
+
+
+def test_a_search_the_model_did_not_finish_is_a_file_search_call_cut(
+    store_url: str, tmp_path: Path
+) -> None:
+    """Cut by `max_output_tokens` while writing its call: the item is the search's own,
+    closed incomplete, and nothing runs (it was an `mcp_call` of no server)."""
+    call = [
+        "<tool_call>\n",
+        '{"name": "file_search", ',
+        '"arguments": {"queries": ["sour',
+        'dough"]}}',
+    ]
+    engine = ScriptedEngine([*call, "\n</tool_call>"])
+    with files_server(store_url, tmp_path / "files", engine) as base:
+        vs_id, _ = _store(sdk(base))
+        body = {
+            "model": "m",
+            "input": "x",
+            "tools": [{"type": "file_search", "vector_store_ids": [vs_id]}],
+            "max_output_tokens": 3,
+            "stream": True,
+        }
+        r = httpx.post(f"{base}/v1/responses", json=body, timeout=60)
+        report = validate_sse(r.text)
+        assert report.ok, report.text()
+        final = report.final
+        assert final is not None and final["status"] == "incomplete"
+        [item] = final["output"]
+        assert item["type"] == "file_search_call" and item["status"] == "incomplete", item
+        assert len(engine.requests) == 1
