@@ -31,6 +31,7 @@ class Served:
     created: int  # when the server started: its models are as old as it is
     mcp: bool  # it runs MCP tools (`--mcp-allow`)
     web_search: bool = False  # it runs `web_search` through a backend (`--web-search`)
+    file_search: bool = False  # it runs `file_search` over the vector stores it keeps
 
 
 def models(engines: Mapping[str, Engine]) -> dict[str, ModelInfo]:
@@ -50,12 +51,13 @@ def entry(info: ModelInfo, served: Served) -> Json:
         "reasoning": info.reasoning,
         "reasoning_efforts": list(info.reasoning_efforts),
         # The tools this server runs itself: its tool search over the request's deferred tools,
-        # MCP when it runs any, web search when its operator named a backend; file search,
-        # code interpreter and the rest are not run here (they are a 400).
+        # MCP when it runs any, web search when its operator named a backend, file search when
+        # it keeps vector stores; code interpreter and the rest are not run here (a 400).
         "server_tools": [
             "tool_search",
             *(["mcp"] if served.mcp else []),
             *(["web_search"] if served.web_search else []),
+            *(["file_search"] if served.file_search else []),
         ],
         # The tool types it offers the model and hands back for the client to run.
         "client_tools": list(CLIENT_TOOLS),

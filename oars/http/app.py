@@ -64,6 +64,7 @@ def _served(oars: Shared) -> catalog.Served:
         created=oars.started,
         mcp=toolboxes is not None,
         web_search=toolboxes is not None and toolboxes.web is not None,
+        file_search=toolboxes is not None and toolboxes.files is not None,
     )
 
 

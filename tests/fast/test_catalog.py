@@ -21,7 +21,9 @@ from oars.engines.upstream.config import listed_context
 from oars.families import THINK_TAGS, Harmony, Hermes
 from oars.http import create_app
 from oars.mcp.config import McpConfig
+from oars.ranking import searchers
 from oars.service import ResponsesService
+from oars.store import SqlStore
 from oars.testing import ScriptedEngine
 from oars.toolbox import ToolboxFactory
 from oars.web_search import web_search
@@ -116,6 +118,14 @@ def test_web_search_is_a_tool_the_server_runs_when_it_has_a_backend() -> None:
     with _serving({"thinker": ScriptedEngine(info=THINKS)}, toolboxes=toolboxes) as (_, url):
         entry = httpx.get(f"{url}/v1/models/thinker").json()
     assert entry["server_tools"] == ["tool_search", "mcp", "web_search"]
+
+
+def test_file_search_is_a_tool_the_server_runs_when_it_keeps_vector_stores(tmp_path: Any) -> None:
+    store = SqlStore(f"sqlite:///{tmp_path}/oars.db")
+    toolboxes = ToolboxFactory(McpConfig(), files=searchers(store))
+    with _serving({"thinker": ScriptedEngine(info=THINKS)}, toolboxes=toolboxes) as (_, url):
+        entry = httpx.get(f"{url}/v1/models/thinker").json()
+    assert entry["server_tools"] == ["tool_search", "mcp", "file_search"]
 
 
 def test_an_unknown_model_is_a_404_in_openais_shape() -> None:
