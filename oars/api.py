@@ -153,7 +153,7 @@ class CatalogModel(Model):
     input_modalities: list[Literal["text", "image", "file", "audio"]]
     reasoning: bool | None
     reasoning_efforts: list[str]
-    server_tools: list[Literal["tool_search", "mcp"]]
+    server_tools: list[Literal["tool_search", "mcp", "web_search", "file_search"]]
     client_tools: list[str]
     supports_search_tool: bool
     apply_patch_tool_type: Literal["freeform", "function"]

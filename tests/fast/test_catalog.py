@@ -118,6 +118,7 @@ def test_web_search_is_a_tool_the_server_runs_when_it_has_a_backend() -> None:
     with _serving({"thinker": ScriptedEngine(info=THINKS)}, toolboxes=toolboxes) as (_, url):
         entry = httpx.get(f"{url}/v1/models/thinker").json()
     assert entry["server_tools"] == ["tool_search", "mcp", "web_search"]
+    api.CatalogModel.model_validate(entry)  # as the document says (it listed no web_search)
 
 
 def test_file_search_is_a_tool_the_server_runs_when_it_keeps_vector_stores(tmp_path: Any) -> None:
@@ -126,6 +127,7 @@ def test_file_search_is_a_tool_the_server_runs_when_it_keeps_vector_stores(tmp_p
     with _serving({"thinker": ScriptedEngine(info=THINKS)}, toolboxes=toolboxes) as (_, url):
         entry = httpx.get(f"{url}/v1/models/thinker").json()
     assert entry["server_tools"] == ["tool_search", "mcp", "file_search"]
+    api.CatalogModel.model_validate(entry)
 
 
 def test_an_unknown_model_is_a_404_in_openais_shape() -> None:

@@ -28,7 +28,9 @@ def test_the_default_model_is_listed_with_what_the_engine_knows(server: str) -> 
     assert entry["context_window"] == 4096  # the server's --ctx
     assert entry["input_modalities"] == ["text"] and entry["reasoning"] is False
     assert entry["reasoning_efforts"] == []
-    # its own tool search, and the MCP servers a request names (`oars serve` runs them)
-    assert entry["server_tools"] == ["tool_search", "mcp"] and entry["supports_search_tool"]
+    # its own tool search, the MCP servers a request names (`oars serve` runs them), and file
+    # search over the vector stores of its store
+    assert entry["server_tools"] == ["tool_search", "mcp", "file_search"]
+    assert entry["supports_search_tool"]
     assert codex["slug"] == MODEL and codex["context_window"] == 4096
     assert codex["input_modalities"] == ["text"] and codex["supported_reasoning_levels"] == []
