@@ -73,6 +73,7 @@ async def used(vectors: Vectors, store: Json) -> None:
     now = int(time.time())
     if now - store["last_active_at"] >= TOUCH_EVERY:
         await vectors.touch_vector_store(store["id"], now)
+        store["last_active_at"] = now  # a response's next search need not write it again
 
 
 async def usable(vectors: Vectors, vector_store_id: str, tenant: str, param: str) -> Json:
