@@ -44,11 +44,11 @@ class FileSearchFailed(Exception):
 
 
 class FileSearcher(Protocol):
-    """The request's tenant's vector stores, searched."""
+    """The vector stores a request's tool names, as its tenant may search them (`Searchers`
+    opens one)."""
 
     async def search(
         self,
-        store_ids: Sequence[str],
         query: str,
         *,
         limit: int,
@@ -70,7 +70,6 @@ class FileRun:
     """The file searches of one response, and what they read."""
 
     searcher: FileSearcher
-    store_ids: tuple[str, ...]
     limit: int = MAX_RESULTS
     filters: Mapping[str, Any] | None = None
     threshold: float = 0.0
@@ -87,7 +86,6 @@ class FileRun:
         ranking = wire.get("ranking_options") or {}
         return cls(
             searcher,
-            tuple(wire["vector_store_ids"]),
             wire.get("max_num_results") or MAX_RESULTS,
             wire.get("filters"),
             float(ranking.get("score_threshold") or 0.0),
@@ -118,7 +116,6 @@ class FileRun:
         best: dict[str, Hit] = {}
         for query in queries:
             for hit in await self.searcher.search(
-                self.store_ids,
                 query,
                 limit=self.limit,
                 filters=self.filters,

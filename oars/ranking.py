@@ -99,7 +99,6 @@ class StoreSearcher:
 
     async def search(
         self,
-        store_ids: Sequence[str],
         query: str,
         *,
         limit: int,
