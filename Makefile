@@ -4,7 +4,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: serve test test-fast lint bench pull postgres chromium llama-server litellm
+.PHONY: serve test test-fast lint bench pull postgres pgvector chromium llama-server litellm
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # GPU=cuda|metal|vulkan rebuilds the engine with that ggml backend (its toolkit must be installed:
@@ -94,10 +94,39 @@ litellm:  ## install LiteLLM's proxy into $(LITELLM)
 	$(LITELLM)/bin/pip install -q 'litellm[proxy]==$(LITELLM_VERSION)'; \
 	echo "$(LITELLM_VERSION)" > $(LITELLM)/version
 
-# The store tests start throwaway PostgreSQL servers on loopback from Debian's packages.
+# The store tests start throwaway PostgreSQL servers on loopback from Debian's packages, with
+# pgvector (vector search in the database).
 postgres:
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { $(SUDO) apt-get update -q && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends postgresql; }
+	@$(MAKE) -s pgvector
+
+# pgvector for the newest PostgreSQL installed: Debian's package where this release has one for
+# that server; else built (about 10 s) from the source package of Debian's next release
+# (PGVECTOR_SUITE), fetched through this machine's own Debian mirror into build/pgvector.
+PGVECTOR_SUITE ?= trixie
+PGVECTOR_SRC := build/pgvector
+
+pgvector:
+	@pg=$$(ls /usr/lib/postgresql | sort -n | tail -1); \
+	[ -f /usr/share/postgresql/$$pg/extension/vector.control ] && exit 0; \
+	set -e; export DEBIAN_FRONTEND=noninteractive; \
+	if [ -n "$$(apt-cache policy postgresql-$$pg-pgvector 2>/dev/null | grep -v '(none)' | grep Candidate)" ]; then \
+		$(SUDO) apt-get install -y -q --no-install-recommends postgresql-$$pg-pgvector; exit 0; fi; \
+	$(SUDO) apt-get install -y -q --no-install-recommends postgresql-server-dev-$$pg gcc make; \
+	uri=$$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -1); \
+	[ -n "$$uri" ] || uri=$$(awk '$$1 == "deb" { print $$2; exit }' /etc/apt/sources.list); \
+	rm -rf $(PGVECTOR_SRC); mkdir -p $(PGVECTOR_SRC)/apt/lists/partial; \
+	printf 'Types: deb-src\nURIs: %s\nSuites: %s\nComponents: main\nSigned-By: %s\n' "$$uri" \
+		$(PGVECTOR_SUITE) /usr/share/keyrings/debian-archive-keyring.gpg > $(PGVECTOR_SRC)/apt/next.sources; \
+	apt="-o Dir::Etc::SourceList=/dev/null -o Dir::Etc::SourceParts=$(CURDIR)/$(PGVECTOR_SRC)/apt \
+		-o Dir::State::Lists=$(CURDIR)/$(PGVECTOR_SRC)/apt/lists"; \
+	apt-get $$apt update -q >/dev/null; \
+	(cd $(PGVECTOR_SRC) && apt-get $$apt source -q --download-only pgvector 2>/dev/null); \
+	tar xzf $(PGVECTOR_SRC)/pgvector_*.orig.tar.gz -C $(PGVECTOR_SRC); \
+	flags="PG_CONFIG=/usr/lib/postgresql/$$pg/bin/pg_config with_llvm=no OPTFLAGS="; \
+	$(MAKE) -s -C $(PGVECTOR_SRC)/pgvector-* $$flags; \
+	$(SUDO) $(MAKE) -s -C $(PGVECTOR_SRC)/pgvector-* $$flags install
 
 # The playground test drives Debian's headless chromium through its chromedriver.
 chromium:

@@ -3,7 +3,7 @@ server as `file_search_call` items.
 
 The model calls `file_search` with `queries` (OpenAI's model writes several at once); each call
 is one item. Every query runs against every store the tool names (`vector_store_ids`), with its
-`filters` and `ranking_options.score_threshold`; the hits are merged (a chunk found twice keeps
+`filters` and `ranking_options` (`oars.vector_stores.Ranking`); the hits are merged (a chunk found twice keeps
 its best score), ranked, and cut to `max_num_results`. The model reads them numbered by handles
 that go on across the response's searches (`【1】`, `【2】`, …) and cites one by writing its
 handle; `oars.parsing.citations` takes the marker out of the text and the builder makes it a
@@ -21,6 +21,7 @@ from oars.events import Event, ResponseBuilder
 from oars.events.builder import Found
 from oars.events.items import arguments_object
 from oars.turn import Turn
+from oars.vector_stores import Ranking, ranking
 
 MAX_RESULTS = 20  # a tool that names none: OpenAI's echo shows 20
 RESULT_CHARS = 1_500  # of one result, as the model reads it
@@ -53,7 +54,7 @@ class FileSearcher(Protocol):
         *,
         limit: int,
         filters: Mapping[str, Any] | None,
-        threshold: float,
+        ranking: Ranking,
     ) -> list[Hit]:
         """The best `limit` chunks for `query` over the stores, best first (`FileSearchFailed`
         when it cannot run)."""
@@ -72,7 +73,7 @@ class FileRun:
     searcher: FileSearcher
     limit: int = MAX_RESULTS
     filters: Mapping[str, Any] | None = None
-    threshold: float = 0.0
+    ranking: Ranking = field(default_factory=Ranking)
     read: dict[str, str] = field(default_factory=dict)  # by item id: what the call read
     handles: int = 0  # results shown so far: the next is `【handles + 1】`
 
@@ -83,12 +84,11 @@ class FileRun:
         wire = next((t for t in turn.request.echo["tools"] if t.get("type") == "file_search"), None)
         if wire is None:
             return None
-        ranking = wire.get("ranking_options") or {}
         return cls(
             searcher,
             wire.get("max_num_results") or MAX_RESULTS,
             wire.get("filters"),
-            float(ranking.get("score_threshold") or 0.0),
+            ranking(wire.get("ranking_options")),  # (checked with the request)
         )
 
     async def run(self, builder: ResponseBuilder, arguments: str) -> AsyncIterator[Event]:
@@ -119,7 +119,7 @@ class FileRun:
                 query,
                 limit=self.limit,
                 filters=self.filters,
-                threshold=self.threshold,
+                ranking=self.ranking,
             ):
                 if hit.chunk not in best or best[hit.chunk].score < hit.score:
                     best[hit.chunk] = hit

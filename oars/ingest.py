@@ -2,8 +2,11 @@
 that serves (one task a replica, started with the app like the sweeper).
 
 It takes up every file `in_progress` (so at startup, what a restart cut off), reads its bytes
-(`oars.blobs`), extracts and chunks the text (`oars.chunking`) in a thread, and keeps its chunks
-with its `completed` in one transaction, or marks it `failed` with `last_error`. Replicas may
+(`oars.blobs`), extracts and chunks the text (`oars.chunking`) in a thread, embeds the chunks
+with the server's embedding model (when it runs one), and keeps its chunks and their vectors
+with its `completed` in one transaction, or marks it `failed` with `last_error`. A store's
+vectors are all of one model: a file of a store embedded by another model, or added while the
+server runs none, fails saying so. Replicas may
 index the same file side by side: the store keeps the first and ignores the other
 (`index_vector_file`), and a file added again meanwhile is left for its new adding.
 """
@@ -16,12 +19,14 @@ import logging
 from oars.background import Background
 from oars.blobs import Blobs
 from oars.chunking import Tokenizer, Unsupported, chunks, extract, word_tokens
+from oars.embeddings import Embedder
 from oars.errors import StoreUnavailable
-from oars.store import Pending, Store
+from oars.store import ChunkVectors, EmbeddedBy, Pending, Store
 
 log = logging.getLogger("oars.ingest")
 
 _BATCH = 16  # files a round takes up
+_EMBED_BATCH = 32  # chunks a call of the embedding model takes (a search's query waits less)
 
 
 def _cut(data: bytes, pending: Pending, tokenizer: Tokenizer) -> list[tuple[str, int]]:
@@ -31,13 +36,28 @@ def _cut(data: bytes, pending: Pending, tokenizer: Tokenizer) -> list[tuple[str,
     return [(chunk.text, chunk.tokens) for chunk in found]
 
 
+async def _embedded(embedder: Embedder, texts: list[str]) -> ChunkVectors:
+    rows: list[bytes] = []
+    for start in range(0, len(texts), _EMBED_BATCH):
+        found = await embedder.embed(texts[start : start + _EMBED_BATCH])
+        rows += [row.astype("<f4").tobytes() for row in found.vectors]
+    return ChunkVectors(EmbeddedBy(embedder.model, embedder.dimensions), rows)
+
+
 class Ingester(Background):
     name = "ingester"
 
     def __init__(
-        self, store: Store, blobs: Blobs, *, tokenizer: Tokenizer = word_tokens, every: float = 5.0
+        self,
+        store: Store,
+        blobs: Blobs,
+        *,
+        embedder: Embedder | None = None,
+        tokenizer: Tokenizer = word_tokens,
+        every: float = 5.0,
     ) -> None:
-        self.store, self.blobs, self.tokenizer, self.every = store, blobs, tokenizer, every
+        self.store, self.blobs, self.embedder = store, blobs, embedder
+        self.tokenizer, self.every = tokenizer, every
         self._wake = asyncio.Event()
 
     def nudge(self) -> None:
@@ -64,7 +84,29 @@ class Ingester(Background):
         if not cut:
             await self.store.fail_vector_file(pending, "invalid_file", "The file holds no text.")
             return False
-        return await self.store.index_vector_file(pending, cut, self.tokenizer.name)
+        held = await self.store.vector_store_embedding(pending.vector_store_id)
+        embedder = self.embedder
+        if held is not None and (
+            embedder is None or EmbeddedBy(embedder.model, embedder.dimensions) != held
+        ):
+            runs = "none" if embedder is None else f"'{embedder.model}'"
+            message = (
+                f"The store's vectors are of the embedding model '{held.model}'; this server "
+                f"runs {runs}."
+            )
+            await self.store.fail_vector_file(pending, "server_error", message)
+            return False
+        vectors = None
+        if embedder is not None:
+            try:
+                vectors = await _embedded(embedder, [c for c, _ in cut])
+            except Exception as exc:  # the model failed this file: it fails, the loop goes on
+                log.exception("file %s could not be embedded", pending.file_id)
+                await self.store.fail_vector_file(
+                    pending, "server_error", f"Cannot embed it: {exc}"
+                )
+                return False
+        return await self.store.index_vector_file(pending, cut, self.tokenizer.name, vectors)
 
     async def round(self) -> int:
         """Index what is pending, until nothing is: how many files were indexed."""

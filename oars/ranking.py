@@ -1,8 +1,13 @@
 """A search of vector stores, as `/v1/vector_stores/{id}/search` and the `file_search` tool run
-it: each query's words ranked by keyword over the store's indexed chunks (`oars.store.vectors`),
-only in the files whose attributes pass the filters, a chunk found by several queries keeping its
-best rank; scores in 0..1 (`oars.vector_stores.score`), cut at `score_threshold` and at the
-most results asked for.
+it: each query ranked two ways over the store's indexed chunks (`oars.store.vectors`), by
+keyword and, where the store holds vectors, by nearness to the query's vector from the same
+embedding model; the two lists fused by reciprocal rank (`oars.vector_stores.fused`), only in
+the files whose attributes pass the filters; a chunk found by several queries keeps its best
+score. Scores are in 0..1, cut at `score_threshold` and at the most results asked for.
+
+A store's vectors are of the model that embedded its first file (`EmbeddedBy`): a server that
+runs another model, or none, refuses to search it (a 400 naming both) rather than compare
+vectors of two models or quietly drop to keywords.
 """
 
 from __future__ import annotations
@@ -14,11 +19,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from oars import vector_stores as rules
-from oars.errors import InvalidRequest, NotFound, StoreUnavailable
+from oars.embeddings import Embedder
+from oars.errors import ClientError, InvalidRequest, NotFound, StoreUnavailable
 from oars.file_run import FileSearchFailed, Hit, Searchers
-from oars.store import Json, Vectors
+from oars.store import EmbeddedBy, Json, Vectors
+from oars.vector_stores import Ranking
 
 MAX_WORDS = 64  # of a query, searched for
+CANDIDATES = 50  # the most chunks each list brings to the fusion
 TOUCH_EVERY = 60  # seconds: how stale a store's `last_active_at` may be
 
 
@@ -39,9 +47,10 @@ async def search_store(
     vector_store_id: str,
     queries: Sequence[str],
     *,
+    embedder: Embedder | None,
     filters: Mapping[str, Any] | None,
     limit: int,
-    threshold: float,
+    ranking: Ranking,
 ) -> list[Ranked]:
     """The best chunks of one store for `queries`, best first."""
     files = await vectors.searchable_files(vector_store_id)
@@ -50,21 +59,61 @@ async def search_store(
         only = [
             f for f, (_, attributes) in files.items() if rules.matches(dict(filters), attributes)
         ]
-    best: dict[int, Any] = {}
-    for query in queries:
+    by = await comparable(vectors, vector_store_id, embedder, "vector_store_id")
+    near: list[bytes | None] = [None] * len(queries)
+    if by is not None and embedder is not None:
+        embedded = await embedder.embed(list(queries))
+        near = [row.astype("<f4").tobytes() for row in embedded.vectors]
+    depth = max(limit, CANDIDATES)
+    best: dict[int, tuple[float, Any]] = {}
+    for query, vector in zip(queries, near, strict=True):
         words = re.findall(r"\w+", query.lower())[:MAX_WORDS]
-        for hit in await vectors.search_chunks(vector_store_id, words, only, limit):
-            known = best.get(hit.chunk_id)
-            if hit.file_id in files and (known is None or hit.rank > known.rank):
-                best[hit.chunk_id] = hit
+        keyword = await vectors.search_chunks(vector_store_id, words, only, depth)
+        keyword = [hit for hit in keyword if hit.file_id in files]
+        if vector is None:
+            scores = {hit.chunk_id: rules.score(hit.rank) for hit in keyword}
+            hits = keyword
+        else:
+            nearest = await vectors.search_vectors(vector_store_id, vector, only, depth)
+            nearest = [hit for hit in nearest if hit.file_id in files]
+            scores = rules.fused(_places(keyword), _places(nearest), ranking)
+            hits = keyword + nearest
+        for hit in hits:
+            score = scores.get(hit.chunk_id)
+            if score is None:
+                continue
+            if hit.chunk_id not in best or best[hit.chunk_id][0] < score:
+                best[hit.chunk_id] = (score, hit)
     found: list[Ranked] = []
-    for hit in sorted(best.values(), key=lambda h: (-h.rank, h.chunk_id)):
-        score = rules.score(hit.rank)
-        if score < threshold or len(found) == limit:
+    for score, hit in sorted(best.values(), key=lambda sh: (-sh[0], sh[1].chunk_id)):
+        if score < ranking.threshold or len(found) == limit:
             break
         filename, attributes = files[hit.file_id]
         found.append(Ranked(hit.chunk_id, hit.file_id, filename, score, attributes, hit.text))
     return found
+
+
+def _places(hits: Sequence[Any]) -> dict[int, int]:
+    return {hit.chunk_id: place for place, hit in enumerate(hits, 1)}
+
+
+async def comparable(
+    vectors: Vectors, vector_store_id: str, embedder: Embedder | None, param: str
+) -> EmbeddedBy | None:
+    """The model of the store's vectors (None: it holds none), which must be `embedder`'s."""
+    by = await vectors.vector_store_embedding(vector_store_id)
+    if by is None or (
+        embedder is not None and (embedder.model, embedder.dimensions) == (by.model, by.dimensions)
+    ):
+        return by
+    runs = "no embedding model" if embedder is None else f"'{embedder.model}'"
+    raise InvalidRequest(
+        f"Vector store '{vector_store_id}' holds vectors of the embedding model '{by.model}' "
+        f"({by.dimensions} dimensions), and this server runs {runs}: it cannot be searched "
+        f"here (start the server with `--embedding-model {by.model}`).",
+        param=param,
+        code="embedding_model_mismatch",
+    )
 
 
 async def used(vectors: Vectors, store: Json) -> None:
@@ -94,8 +143,8 @@ async def usable(vectors: Vectors, vector_store_id: str, tenant: str, param: str
 class StoreSearcher:
     """A response's `file_search` over its tenant's stores (`oars.file_run.FileSearcher`)."""
 
-    def __init__(self, vectors: Vectors, stores: list[Json]) -> None:
-        self.vectors, self.stores = vectors, stores
+    def __init__(self, vectors: Vectors, stores: list[Json], embedder: Embedder | None) -> None:
+        self.vectors, self.stores, self.embedder = vectors, stores, embedder
 
     async def search(
         self,
@@ -103,7 +152,7 @@ class StoreSearcher:
         *,
         limit: int,
         filters: Mapping[str, Any] | None,
-        threshold: float,
+        ranking: Ranking,
     ) -> list[Hit]:
         hits: list[Hit] = []
         try:
@@ -112,9 +161,10 @@ class StoreSearcher:
                     self.vectors,
                     store["id"],
                     [query],
+                    embedder=self.embedder,
                     filters=filters,
                     limit=limit,
-                    threshold=threshold,
+                    ranking=ranking,
                 )
                 hits += [
                     Hit(
@@ -128,20 +178,21 @@ class StoreSearcher:
                     for r in found
                 ]
                 await used(self.vectors, store)
-        except StoreUnavailable as exc:
+        except (StoreUnavailable, ClientError) as exc:  # (a store emptied and refilled since)
             raise FileSearchFailed(str(exc)) from exc
         return sorted(hits, key=lambda hit: -hit.score)[:limit]
 
 
-def searchers(vectors: Vectors) -> Searchers:
-    """The searchers of `vectors`' tenants: each store a request names is its tenant's and
-    usable, or the request is refused before anything is sent."""
+def searchers(vectors: Vectors, embedder: Embedder | None = None) -> Searchers:
+    """The searchers of `vectors`' tenants, comparing vectors by `embedder`'s: each store a
+    request names is its tenant's, usable, and of that model (or of none), or the request is
+    refused before anything is sent."""
 
     async def open_(tenant: str, store_ids: Sequence[str]) -> StoreSearcher:
-        stores = [
-            await usable(vectors, store_id, tenant, "tools")
-            for store_id in dict.fromkeys(store_ids)
-        ]
-        return StoreSearcher(vectors, stores)
+        stores = []
+        for store_id in dict.fromkeys(store_ids):
+            stores.append(await usable(vectors, store_id, tenant, "tools"))
+            await comparable(vectors, store_id, embedder, "tools")
+        return StoreSearcher(vectors, stores, embedder)
 
     return open_

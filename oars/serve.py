@@ -87,7 +87,8 @@ def serve(
     home = oars_home()
     spec = settings.store.url or str(home / "oars.db")
     store = None if spec == "none" else SqlStore(spec)
-    files = searchers(store) if store is not None else None  # file_search, over vector stores
+    embedder = _embedder(settings, embedded=settings.engine.model is not None or not gateway)
+    files = searchers(store, embedder) if store is not None else None  # over vector stores
     service = ResponsesService(
         engines,
         default_temperature=server.temperature,
@@ -101,7 +102,6 @@ def serve(
     if worker is not None:
         replica = f"{replica}/{worker}"
     here = dataclasses.replace(server, replica=replica, api_keys=tuple(keys))
-    embedder = _embedder(settings, embedded=settings.engine.model is not None or not gateway)
     app = create_app(
         service, store, settings=here, metrics=metrics, files=home / "files", embedder=embedder
     )

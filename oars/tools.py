@@ -36,6 +36,7 @@ from oars.compaction import COMPACTION_TYPES, Sealed
 from oars.errors import InvalidRequest
 from oars.input_pattern import Unsupported, input_pattern
 from oars.mcp.servers import echo as mcp_echo
+from oars.vector_stores import ranking
 
 Unseal = Callable[[str], str]
 
@@ -302,6 +303,7 @@ def _file_search(raw: Mapping[str, Any], param: str) -> Tool:
             f"Invalid '{param}.max_num_results': expected an integer from 1 to {MAX_FILE_RESULTS}.",
             param=f"{param}.max_num_results",
         )
+    ranking(raw.get("ranking_options"), f"{param}.ranking_options")
     return Tool("file_search", "server_file_search", *FILE_SEARCH)
 
 

@@ -1,9 +1,11 @@
 """The Vector Stores API's rules: what a body may hold, and what a search's filters keep.
 
 Every field a route reads is checked here (a 400 naming it); the routes (`oars.http.vector_stores`)
-and the store (`oars.store.vectors`) take what comes out. Scores: a keyword rank `s` (FTS5's
-`-bm25()` on SQLite, `ts_rank_cd` on PostgreSQL, both ≥ 0, larger is better) is shown as
-`s / (s + 1)`, in 0..1 and in the same order; `score_threshold` applies to that.
+and the store (`oars.store.vectors`) take what comes out. Scores, in 0..1, where
+`score_threshold` applies: a store with vectors fuses its keyword list and its vector list by
+reciprocal rank (`fused`); one without (indexed while no embedding model ran) shows its keyword
+rank `s` (FTS5's `-bm25()` on SQLite, `ts_rank_cd` on PostgreSQL, ≥ 0, larger is better) as
+`s / (s + 1)`, in the same order.
 
 Filters (`ComparisonFilter`, `CompoundFilter`) apply to a file's `attributes` before ranking: a
 file whose attributes fail them gives no result. A key the attributes lack fails every
@@ -17,7 +19,7 @@ import math
 import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeGuard
+from typing import Any, TypeGuard
 
 from oars.chunking import AUTO_MAX, AUTO_OVERLAP, MAX_MAX, MIN_MAX
 from oars.errors import InvalidRequest
@@ -150,11 +152,21 @@ def file_ids(value: Any, param: str = "file_ids") -> list[str]:
 
 
 @dataclass(frozen=True)
+class Ranking:
+    """`ranking_options`: the least score kept, and how reciprocal rank fusion weighs the
+    chunks nearest by vector against those ranked by keyword (`hybrid_search`)."""
+
+    threshold: float = 0.0
+    embedding_weight: float = 1.0
+    text_weight: float = 1.0
+
+
+@dataclass(frozen=True)
 class Search:
     queries: tuple[str, ...]
     filters: Json | None
     max_num_results: int
-    score_threshold: float
+    ranking: Ranking
 
 
 _SEARCH = frozenset({"query", "filters", "max_num_results", "ranking_options", "rewrite_query"})
@@ -180,29 +192,43 @@ def search(body: Json) -> Search:
     filters = body.get("filters")
     if filters is not None:
         check_filter(filters, "filters")
-    return Search(tuple(queries), filters, limit, _threshold(body.get("ranking_options")))
+    return Search(tuple(queries), filters, limit, ranking(body.get("ranking_options")))
 
 
-def _threshold(options: Any) -> float:
+def ranking(options: Any, param: str = "ranking_options") -> Ranking:
+    """`ranking_options` of `/search` or of a `file_search` tool, checked."""
     if options is None:
-        return 0.0
+        return Ranking()
     if not isinstance(options, dict):
-        raise fail("Invalid 'ranking_options': expected an object.", "ranking_options")
+        raise fail(f"Invalid '{param}': expected an object.", param)
     known(options, frozenset({"ranker", "score_threshold", "hybrid_search"}))
     if options.get("ranker", "auto") not in ("none", "auto", "default-2024-11-15"):
         raise fail(
-            "Invalid 'ranking_options.ranker': one of none, auto, default-2024-11-15.",
-            "ranking_options.ranker",
+            f"Invalid '{param}.ranker': one of none, auto, default-2024-11-15.", f"{param}.ranker"
         )
-    threshold = options.get("score_threshold", 0.0)
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
-        threshold = -1
-    if not 0 <= threshold <= 1:
-        raise fail(
-            "Invalid 'ranking_options.score_threshold': a number from 0 to 1.",
-            "ranking_options.score_threshold",
-        )
-    return float(threshold)
+    threshold = _number_in(options.get("score_threshold", 0.0), f"{param}.score_threshold", 1.0)
+    hybrid = options.get("hybrid_search")
+    if hybrid is None:
+        return Ranking(threshold)
+    where = f"{param}.hybrid_search"
+    if not isinstance(hybrid, dict):
+        raise fail(f"Invalid '{where}': expected an object.", where)
+    known(hybrid, frozenset({"embedding_weight", "text_weight"}))
+    weights = [
+        _number_in(hybrid.get(name, 1.0), f"{where}.{name}", None)
+        for name in ("embedding_weight", "text_weight")
+    ]
+    if not any(weights):
+        raise fail(f"Invalid '{where}': the two weights cannot both be 0.", where)
+    return Ranking(threshold, *weights)
+
+
+def _number_in(value: Any, param: str, most: float | None) -> float:
+    """A number from 0 (to `most`, if given)."""
+    if not _number(value) or value < 0 or (most is not None and value > most):
+        span = "from 0" if most is None else f"from 0 to {most:g}"
+        raise fail(f"Invalid '{param}': a number {span}.", param)
+    return float(value)
 
 
 _COMPARE = frozenset({"eq", "ne", "gt", "gte", "lt", "lte", "in", "nin"})
@@ -272,16 +298,22 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def score(rank: float) -> float:
-    """A keyword rank (≥ 0, larger better) → 0..1, in the same order."""
+    """A keyword rank (≥ 0, larger better) → 0..1, in the same order: a store without vectors
+    is ranked by keyword alone."""
     rank = max(rank, 0.0)
     return rank / (rank + 1.0)
 
 
-class Embedder(Protocol):
-    """Where vector scores will come from (none today: search is keyword-only). When one is
-    configured, a search will rank chunks by it too and fuse the two lists by reciprocal rank
-    (`ranking_options.hybrid_search.embedding_weight` / `text_weight`)."""
+RRF_K = 60  # reciprocal rank fusion's constant: a list's n-th (from 1) counts 1 / (60 + n)
 
-    name: str
 
-    async def embed(self, texts: list[str]) -> list[list[float]]: ...
+def fused(places: Mapping[int, int], near: Mapping[int, int], ranking: Ranking) -> dict[int, float]:
+    """Reciprocal rank fusion of a keyword list and a vector list (each chunk id → its place
+    from 1), weighted by `ranking`: each chunk's score is its weighted sum over the best it
+    could be (first in both), so 0..1 and 1 only for the first of both lists."""
+    best = (ranking.text_weight + ranking.embedding_weight) / (RRF_K + 1)
+    scores: dict[int, float] = {}
+    for weight, ranked in ((ranking.text_weight, places), (ranking.embedding_weight, near)):
+        for chunk, place in ranked.items() if weight else ():  # (a list weighed 0 finds none)
+            scores[chunk] = scores.get(chunk, 0.0) + weight / (RRF_K + place) / best
+    return {chunk: min(score, 1.0) for chunk, score in scores.items()}

@@ -200,11 +200,11 @@ def serving(app: Any) -> Iterator[str]:
 
 @contextlib.contextmanager
 def files_server(
-    url: str | None, folder: Any, engine: Any = None, **settings: Any
+    url: str | None, folder: Any, engine: Any = None, embedder: Any = None, **settings: Any
 ) -> Iterator[str]:
     """The app on the scripted engine (`engine`, or one of its own), with its store at `url`
     (None: no store) and uploaded files in `folder`, served, running `file_search` over its
-    vector stores: its base URL."""
+    vector stores with vectors of `embedder` (None: keywords only): its base URL."""
     from oars.http import create_app
     from oars.mcp.config import McpConfig
     from oars.ranking import searchers
@@ -215,7 +215,7 @@ def files_server(
     from oars.toolbox import ToolboxFactory
 
     store = SqlStore(url) if url else None
-    files = searchers(store) if store is not None else None
+    files = searchers(store, embedder) if store is not None else None
     app = create_app(
         ResponsesService(
             engine or ScriptedEngine(), toolboxes=ToolboxFactory(McpConfig(), files=files)
@@ -223,6 +223,7 @@ def files_server(
         store,
         settings=ServerSettings(**settings),
         files=folder,
+        embedder=embedder,
     )
     with serving(app) as base:
         yield base

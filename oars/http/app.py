@@ -453,7 +453,7 @@ ENDPOINTS = (
         "POST",
         f"{_VS}/search",
         vector_stores.search,
-        "Search a vector store's chunks by keyword",
+        "Search a vector store's chunks (keywords and vectors, fused)",
         VS,
         api.VectorStoreSearchParams,
         api.VectorStoreSearchPage,
@@ -615,8 +615,9 @@ def create_app(
     `settings` None: every field's default, and a replica name of its own. `metrics`: where
     the engines already report (`oars.serve.observe`), or None for a fresh registry. `files`:
     the folder of uploaded files' bytes (`OARS_HOME/files`), or None: the Files API is off
-    (a 400), as it is without a store. `embedder`: the model `/v1/embeddings` runs (closed
-    with the app), or None: that route is a 400."""
+    (a 400), as it is without a store. `embedder`: the model `/v1/embeddings` runs and vector
+    stores' chunks are embedded by (closed with the app), or None: that route is a 400 and
+    vector stores are searched by keyword."""
     settings = settings or ServerSettings()
     limits = settings.limits
     metrics = metrics or Metrics()
@@ -636,7 +637,11 @@ def create_app(
 
     blobs = Blobs(files) if files is not None else None
     sweeper = Sweeper(store, blobs) if store is not None and blobs is not None else None
-    ingester = Ingester(store, blobs) if store is not None and blobs is not None else None
+    ingester = (
+        Ingester(store, blobs, embedder=embedder)
+        if store is not None and blobs is not None
+        else None
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

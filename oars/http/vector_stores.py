@@ -351,9 +351,10 @@ async def search(request: Request) -> Response:
         vectors,
         vs["id"],
         asked.queries,
+        embedder=shared(request).embedder,
         filters=asked.filters,
         limit=asked.max_num_results,
-        threshold=asked.score_threshold,
+        ranking=asked.ranking,
     )
     data = [
         {

@@ -3,7 +3,9 @@
 from oars.store.base import (
     TERMINAL_STATUSES,
     Chain,
+    ChunkVectors,
     Conversation,
+    EmbeddedBy,
     FileQuery,
     Finished,
     Hit,
@@ -28,7 +30,9 @@ from oars.store.sql import SqlStore, database_url
 __all__ = [
     "TERMINAL_STATUSES",
     "Chain",
+    "ChunkVectors",
     "Conversation",
+    "EmbeddedBy",
     "FileQuery",
     "Finished",
     "Hit",

@@ -208,7 +208,24 @@ class Hit:
     chunk_id: int
     file_id: str
     text: str
-    rank: float  # the keyword rank, ≥ 0, larger is better (`oars.vector_stores.score`)
+    rank: float  # keyword: its rank, ≥ 0; vectors: the cosine; larger is better either way
+
+
+@dataclass(frozen=True)
+class EmbeddedBy:
+    """The embedding model whose vectors a store holds: every vector of a store is of one
+    model, and only a query embedded by that model is compared with them."""
+
+    model: str
+    dimensions: int
+
+
+@dataclass(frozen=True)
+class ChunkVectors:
+    """A file's chunks' vectors, a row each in the chunks' order (unit length, float32)."""
+
+    by: EmbeddedBy
+    rows: Sequence[bytes]  # each row's little-endian float32 bytes
 
 
 class Vectors(Protocol):
@@ -292,15 +309,31 @@ class Vectors(Protocol):
         """The `limit` best chunks holding any of `words`, of `file_ids` only if given."""
         ...
 
+    async def vector_store_embedding(self, vector_store_id: str) -> EmbeddedBy | None:
+        """The model the store's vectors are of; None while it holds none."""
+        ...
+
+    async def search_vectors(
+        self, vector_store_id: str, query: bytes, file_ids: Sequence[str] | None, limit: int
+    ) -> list[Hit]:
+        """The `limit` chunks nearest `query` (a unit float32 vector's bytes, of the store's
+        model) by cosine, of `file_ids` only if given."""
+        ...
+
     # ---- the ingester's and the sweeper's ---------------------------------------------------
 
     async def pending_vector_files(self, *, limit: int) -> list[Pending]: ...
 
     async def index_vector_file(
-        self, pending: Pending, chunks: Sequence[tuple[str, int]], tokenizer: str
+        self,
+        pending: Pending,
+        chunks: Sequence[tuple[str, int]],
+        tokenizer: str,
+        vectors: ChunkVectors | None = None,
     ) -> bool:
-        """Keep a file's chunks (text, tokens) and mark it `completed`, in one transaction,
-        unless it is no longer this pending adding of it (removed, added again, cancelled)."""
+        """Keep a file's chunks (text, tokens) and their vectors, and mark it `completed`, in
+        one transaction, unless it is no longer this pending adding of it (removed, added
+        again, cancelled). A store's first vectors record the model they are of."""
         ...
 
     async def fail_vector_file(self, pending: Pending, code: str, message: str) -> None: ...

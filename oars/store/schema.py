@@ -24,6 +24,7 @@ from sqlalchemy import (
     select,
     text,
 )
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 metadata = MetaData()
@@ -119,6 +120,12 @@ vector_stores = Table(
     Column("expires_at", Integer),
     Column("last_active_at", Integer, nullable=False),
     Column("expired", Boolean, nullable=False),  # the sweeper found it past `expires_at`
+    # the model its vectors are of (`_v7`); null while it holds none
+    Column("embedding_model", String(300)),
+    Column("dimensions", Integer),
+    # moves in each transaction that changes its chunks: a replica's copy of its vectors is
+    # good while this is what it was read at
+    Column("chunks_version", Integer, nullable=False, server_default="0"),
 )
 Index("vector_stores_by_tenant", vector_stores.c.tenant, vector_stores.c.created_ns)
 
@@ -243,8 +250,39 @@ def _v6(conn: Connection) -> None:
         conn.execute(text(statement))
 
 
+def _names(conn: Connection, table: str) -> set[str]:
+    """A table's columns (read from a query's, not reflected: SQLAlchemy knows no `vector`)."""
+    return set(conn.execute(text(f"SELECT * FROM {table} WHERE 1 = 0")).keys())
+
+
+def _v7(conn: Connection) -> None:
+    """Chunks keep their vector (`embedding`, a unit float32 vector) and stores the model
+    they are of. On PostgreSQL the column is pgvector's `vector` where the extension can be
+    created (compared in the database), else `bytea` as on SQLite (compared by numpy)."""
+    have = _names(conn, "vector_stores")
+    for name, kind in (
+        ("embedding_model", "VARCHAR(300)"),
+        ("dimensions", "INTEGER"),
+        ("chunks_version", "INTEGER NOT NULL DEFAULT 0"),
+    ):
+        if name not in have:
+            conn.execute(text(f"ALTER TABLE vector_stores ADD COLUMN {name} {kind}"))
+    if "embedding" in _names(conn, "vector_chunks"):
+        return
+    kind = "BLOB"
+    if conn.dialect.name == "postgresql":
+        kind = "bytea"
+        try:
+            with conn.begin_nested():
+                conn.execute(text("CREATE EXTENSION IF NOT EXISTS vector"))
+            kind = "vector"
+        except DBAPIError:  # not installed, or not ours to create: numpy compares instead
+            pass
+    conn.execute(text(f"ALTER TABLE vector_chunks ADD COLUMN embedding {kind}"))
+
+
 # Step N brings the schema from version N-1 to N. Append; never edit a released step.
-STEPS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6]
+STEPS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7]
 
 
 async def upgrade(engine: AsyncEngine) -> int:

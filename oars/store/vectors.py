@@ -6,15 +6,24 @@ so they cannot drift. A file's chunks are written with its `completed` in one tr
 (`index_vector_file`): a crash leaves the file `in_progress` and chunkless, and the ingester
 takes it up again. The keyword index is FTS5 (SQLite, kept by triggers) or a generated tsvector
 (PostgreSQL); both rank with their own statistics over every store's chunks.
+
+Each chunk keeps its vector beside its text (`_v7`). On PostgreSQL with pgvector the database
+compares them; elsewhere (SQLite, or PostgreSQL without the extension) numpy does, over a copy
+of the store's vectors that the replica keeps while the store's `chunks_version` is the one
+it was read at (each transaction that changes a store's chunks moves it).
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 from sqlalchemy import (
     ColumnElement,
     Table,
@@ -31,7 +40,17 @@ from sqlalchemy import (
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from oars.jsonfast import dumps
-from oars.store.base import Hit, Json, ListQuery, NewVectorFile, NewVectorStore, Page, Pending
+from oars.store.base import (
+    ChunkVectors,
+    EmbeddedBy,
+    Hit,
+    Json,
+    ListQuery,
+    NewVectorFile,
+    NewVectorStore,
+    Page,
+    Pending,
+)
 from oars.store.schema import (
     files,
     vector_chunks,
@@ -49,6 +68,27 @@ VS, VF, BATCHES, CHUNKS = (
     vector_chunks,
 )
 _COUNTED = ("in_progress", "completed", "failed", "cancelled")
+_MATRIX_BYTES = 1 << 30  # of stores' vectors a replica keeps in memory, the least recent going
+_VECTOR_TYPE_SQL = "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = 'vector_chunks'::regclass AND attname = 'embedding'"
+_BUMP = {"chunks_version": VS.c.chunks_version + 1}
+
+
+@dataclass(frozen=True)
+class _Matrix:
+    """A store's vectors as numpy compares them: a row a chunk, with its id and file."""
+
+    version: int
+    ids: npt.NDArray[np.int64]
+    files: npt.NDArray[np.str_]
+    rows: npt.NDArray[np.float32]
+
+
+def _pgvector(row: bytes | None) -> str | None:
+    """A vector's float32 bytes in pgvector's text form (each float32 exactly, as it reads
+    back)."""
+    if row is None:
+        return None
+    return "[" + ",".join(map(repr, np.frombuffer(row, "<f4").tolist())) + "]"
 
 
 def _expires_at(days: int | None, last_active_at: int) -> int | None:
@@ -296,6 +336,7 @@ class VectorRows:
                     CHUNKS.c.vector_store_id == vector_store_id, CHUNKS.c.file_id == file_id
                 )
             )
+            await conn.execute(update(VS).where(VS.c.id == vector_store_id).values(**_BUMP))
         return True
 
     @guarded
@@ -422,6 +463,113 @@ class VectorRows:
             rows = await conn.execute(statement, params)
             return [Hit(row.id, row.file_id, row.text, float(row.rank)) for row in rows]
 
+    @guarded
+    async def vector_store_embedding(self, vector_store_id: str) -> EmbeddedBy | None:
+        async with self.engine.connect() as conn:
+            row = (
+                await conn.execute(
+                    select(VS.c.embedding_model, VS.c.dimensions).where(VS.c.id == vector_store_id)
+                )
+            ).first()
+        if row is None or row.embedding_model is None:
+            return None
+        return EmbeddedBy(row.embedding_model, int(row.dimensions))
+
+    @guarded
+    async def search_vectors(
+        self, vector_store_id: str, query: bytes, file_ids: Sequence[str] | None, limit: int
+    ) -> list[Hit]:
+        if file_ids is not None and not file_ids:
+            return []
+        if await self._compared_in_database():
+            return await self._nearest_in_database(vector_store_id, query, file_ids, limit)
+        matrix = await self._matrix(vector_store_id)
+        if not len(matrix.ids):
+            return []
+        similar = matrix.rows @ np.frombuffer(query, "<f4")
+        if file_ids is not None:
+            similar = np.where(np.isin(matrix.files, list(file_ids)), similar, -np.inf)
+        k = min(limit, len(similar))
+        top = np.argpartition(-similar, k - 1)[:k]
+        top = top[np.lexsort((matrix.ids[top], -similar[top]))]
+        top = top[np.isfinite(similar[top])]
+        ids = [int(i) for i in matrix.ids[top]]
+        async with self.engine.connect() as conn:
+            found = await conn.execute(
+                select(CHUNKS.c.id, CHUNKS.c.text).where(CHUNKS.c.id.in_(ids))
+            )
+            texts = {row.id: row.text for row in found}
+        return [
+            Hit(i, str(matrix.files[t]), texts[i], float(similar[t]))
+            for i, t in zip(ids, top, strict=True)
+            if i in texts  # (a chunk deleted since the copy was read)
+        ]
+
+    async def _nearest_in_database(
+        self, vector_store_id: str, query: bytes, file_ids: Sequence[str] | None, limit: int
+    ) -> list[Hit]:
+        only = "" if file_ids is None else " AND file_id IN :ids"
+        statement = text(
+            "SELECT id, file_id, text, 1 - (embedding <=> q.v) AS rank "
+            "FROM vector_chunks, (SELECT CAST(CAST(:q AS text) AS vector) AS v) q "
+            f"WHERE vector_store_id = :vs AND embedding IS NOT NULL{only} "
+            "ORDER BY embedding <=> q.v, id LIMIT :n"
+        )
+        params: dict[str, Any] = {"q": _pgvector(query), "vs": vector_store_id, "n": limit}
+        if file_ids is not None:
+            statement = statement.bindparams(bindparam("ids", expanding=True))
+            params["ids"] = list(file_ids)
+        async with self.engine.connect() as conn:
+            rows = await conn.execute(statement, params)
+            return [Hit(row.id, row.file_id, row.text, float(row.rank)) for row in rows]
+
+    async def _compared_in_database(self) -> bool:
+        """Whether the chunks' vectors are pgvector's (else float32 bytes, for numpy)."""
+        known: bool | None = getattr(self, "_in_database", None)
+        if known is None:
+            known = False
+            if self.engine.dialect.name == "postgresql":
+                async with self.engine.connect() as conn:
+                    kind = (await conn.execute(text(_VECTOR_TYPE_SQL))).scalar()
+                known = kind == "vector"
+            self._in_database = known
+        return known
+
+    async def _matrix(self, vector_store_id: str) -> _Matrix:
+        """The store's vectors, read again only when its chunks changed since."""
+        kept: OrderedDict[str, _Matrix] = self.__dict__.setdefault("_matrices", OrderedDict())
+        async with self.engine.connect() as conn:
+            version = (
+                await conn.execute(select(VS.c.chunks_version).where(VS.c.id == vector_store_id))
+            ).scalar()
+            held = kept.get(vector_store_id)
+            if held is not None and held.version == version:
+                kept.move_to_end(vector_store_id)
+                return held
+            rows = (
+                await conn.execute(
+                    text(
+                        "SELECT id, file_id, embedding FROM vector_chunks WHERE "
+                        "vector_store_id = :vs AND embedding IS NOT NULL ORDER BY id"
+                    ),
+                    {"vs": vector_store_id},
+                )
+            ).all()
+        matrix = _Matrix(
+            int(version or 0),
+            np.array([row.id for row in rows], dtype=np.int64),
+            np.array([row.file_id for row in rows], dtype=np.str_),
+            np.frombuffer(b"".join(bytes(row.embedding) for row in rows), "<f4")
+            .reshape(len(rows), -1)
+            .astype(np.float32)
+            if rows
+            else np.zeros((0, 0), np.float32),
+        )
+        kept[vector_store_id] = matrix
+        while sum(m.rows.nbytes for m in kept.values()) > _MATRIX_BYTES and len(kept) > 1:
+            kept.popitem(last=False)
+        return matrix
+
     # ---- upkeep -----------------------------------------------------------------------
 
     @guarded
@@ -455,13 +603,18 @@ class VectorRows:
 
     @guarded
     async def index_vector_file(
-        self, pending: Pending, chunks: Sequence[tuple[str, int]], tokenizer: str
+        self,
+        pending: Pending,
+        chunks: Sequence[tuple[str, int]],
+        tokenizer: str,
+        vectors: ChunkVectors | None = None,
     ) -> bool:
         of_file = and_(
             CHUNKS.c.vector_store_id == pending.vector_store_id,
             CHUNKS.c.file_id == pending.file_id,
         )
         usage = sum(len(chunk.encode()) for chunk, _ in chunks)
+        pgvector = await self._compared_in_database()
         async with self.engine.begin() as conn:
             marked = await conn.execute(
                 update(VF)
@@ -471,18 +624,39 @@ class VectorRows:
             if not marked.rowcount:
                 return False
             await conn.execute(delete(CHUNKS).where(of_file))  # a crashed attempt's, if any
-            rows = [
+            store = VS.c.id == pending.vector_store_id
+            await conn.execute(update(VS).where(store).values(**_BUMP))
+            if vectors is not None:
+                by = vectors.by
+                await conn.execute(
+                    update(VS)
+                    .where(store, VS.c.embedding_model.is_(None))
+                    .values(embedding_model=by.model, dimensions=by.dimensions)
+                )
+            rows: list[dict[str, Any]] = [
                 {
-                    "vector_store_id": pending.vector_store_id,
-                    "file_id": pending.file_id,
+                    "vs": pending.vector_store_id,
+                    "file": pending.file_id,
                     "position": i,
                     "text": chunk,
                     "tokens": tokens,
+                    "embedding": None if vectors is None else vectors.rows[i],
                 }
                 for i, (chunk, tokens) in enumerate(chunks)
             ]
+            if pgvector:
+                for row in rows:
+                    row["embedding"] = _pgvector(row["embedding"])
+            embedding = "CAST(CAST(:embedding AS text) AS vector)" if pgvector else ":embedding"
             if rows:
-                await conn.execute(insert(CHUNKS), rows)
+                await conn.execute(
+                    text(
+                        "INSERT INTO vector_chunks "
+                        "(vector_store_id, file_id, position, text, tokens, embedding) "
+                        f"VALUES (:vs, :file, :position, :text, :tokens, {embedding})"
+                    ),
+                    rows,
+                )
         return True
 
     @guarded
@@ -501,7 +675,7 @@ class VectorRows:
         async with self.engine.begin() as conn:
             ids = [row.id for row in await conn.execute(select(VS.c.id).where(past))]
             if ids:
-                await conn.execute(update(VS).where(VS.c.id.in_(ids)).values(expired=True))
+                await conn.execute(update(VS).where(VS.c.id.in_(ids)).values(expired=True, **_BUMP))
                 await conn.execute(delete(CHUNKS).where(CHUNKS.c.vector_store_id.in_(ids)))
         return len(ids)
 
@@ -522,6 +696,7 @@ async def _add_files(
     await conn.execute(
         delete(CHUNKS).where(CHUNKS.c.vector_store_id == vector_store_id, CHUNKS.c.file_id.in_(ids))
     )
+    await conn.execute(update(VS).where(VS.c.id == vector_store_id).values(**_BUMP))
     now = time.time_ns()
     await conn.execute(
         insert(VF),
@@ -546,7 +721,9 @@ async def _add_files(
 
 def forget_file(file_id: str) -> list[Any]:
     """The statements that take a deleted file out of every vector store."""
+    holding = select(VF.c.vector_store_id).where(VF.c.file_id == file_id)
     return [
+        update(VS).where(VS.c.id.in_(holding)).values(**_BUMP),
         delete(CHUNKS).where(CHUNKS.c.file_id == file_id),
         delete(VF).where(VF.c.file_id == file_id),
     ]

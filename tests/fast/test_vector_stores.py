@@ -20,7 +20,7 @@ from oars.chunking import Unsupported, chunks, extract, html_text, word_tokens
 from oars.store import NewVectorFile, SqlStore
 from oars.store.schema import vector_chunks, vector_stores
 from oars.sweeper import Sweeper
-from oars.vector_stores import matches, score
+from oars.vector_stores import Ranking, fused, matches, score
 from tests.conftest import files_server, sdk
 
 A, B = "key-a-0123456789", "key-b-9876543210"
@@ -376,6 +376,23 @@ def test_bad_inputs_are_4xx_in_openai_s_shape(tmp_path: Path) -> None:
             (
                 "POST",
                 f"{one}/search",
+                {"query": "a", "ranking_options": {"hybrid_search": {"text_weight": -1}}},
+                400,
+                "ranking_options.hybrid_search.text_weight",
+            ),
+            (
+                "POST",
+                f"{one}/search",
+                {
+                    "query": "a",
+                    "ranking_options": {"hybrid_search": {"text_weight": 0, "embedding_weight": 0}},
+                },
+                400,
+                "ranking_options.hybrid_search",
+            ),
+            (
+                "POST",
+                f"{one}/search",
                 {"query": "a", "ranking_options": {"ranker": "x"}},
                 400,
                 None,
@@ -545,3 +562,15 @@ def test_a_store_of_the_version_before_vector_stores_gains_them(tmp_path: Path) 
         vs = client.vector_stores.create(file_ids=[file_id])
         _until_completed(client, vs.id)
         assert client.vector_stores.search(vs.id, query="magma").data[0].file_id == file_id
+
+
+def test_fusion_weighs_each_list_by_reciprocal_rank_within_0_and_1() -> None:
+    words, meaning = {1: 1, 2: 2}, {2: 1, 3: 2}
+    even = fused(words, meaning, Ranking())
+    assert even[2] > even[1] > even[3] > 0  # in both lists beats first of one
+    assert fused({1: 1}, {1: 1}, Ranking()) == {1: 1.0}
+    assert all(0 < v <= 1 for v in even.values())
+    by_words = fused(words, meaning, Ranking(embedding_weight=0))
+    assert set(by_words) == {1, 2} and by_words[1] > by_words[2]  # the list weighed 0 finds none
+    leaning = fused(words, meaning, Ranking(embedding_weight=3))
+    assert leaning[3] > leaning[1]  # the vectors' second passes the keywords' first
