@@ -11,6 +11,7 @@ download, and its name is kept with each file indexed, so that a later tokenizer
 from __future__ import annotations
 
 import codecs
+import io
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -67,7 +68,15 @@ def chunks(text: str, tokenizer: Tokenizer, max_tokens: int, overlap: int) -> li
 
 
 class Unsupported(Exception):
-    """A file whose text cannot be read (its `last_error.code`: `unsupported_file`)."""
+    """A file whose text cannot be read (its `last_error.code`: `unsupported_file`, or
+    `invalid_file` for a file of a known kind that is broken)."""
+
+    def __init__(self, message: str, code: str = "unsupported_file") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+MAX_PDF_PAGES = 2_000
 
 
 _HTML_SUFFIXES = (".html", ".htm", ".xhtml")
@@ -76,7 +85,7 @@ _HTML_SUFFIXES = (".html", ".htm", ".xhtml")
 def extract(data: bytes, filename: str) -> str:
     """The text of a file, or `Unsupported`."""
     if data.startswith(b"%PDF-"):
-        raise Unsupported("PDF files are not read yet; upload the text instead.")
+        return pdf_text(data)
     utf16 = data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
     try:
         text = data.decode("utf-16" if utf16 else "utf-8").removeprefix("\ufeff")
@@ -88,6 +97,23 @@ def extract(data: bytes, filename: str) -> str:
     if filename.lower().endswith(_HTML_SUFFIXES) or head.startswith(("<!doctype html", "<html")):
         return html_text(text)
     return text
+
+
+def pdf_text(data: bytes) -> str:
+    """A PDF's text, page after page (pypdf's layout-free extraction): an encrypted PDF is
+    read if its user password is empty, as viewers open it."""
+    from pypdf import PdfReader
+    from pypdf.errors import PyPdfError
+
+    try:
+        reader = PdfReader(io.BytesIO(data))
+        if reader.is_encrypted and not reader.decrypt(""):
+            raise Unsupported("The PDF is encrypted with a password.")
+        if len(reader.pages) > MAX_PDF_PAGES:
+            raise Unsupported(f"The PDF has more than {MAX_PDF_PAGES} pages.")
+        return "\n\n".join(page.extract_text() for page in reader.pages)
+    except (PyPdfError, ValueError, KeyError, TypeError) as exc:
+        raise Unsupported(f"The PDF cannot be read: {exc}", "invalid_file") from exc
 
 
 class _Text(HTMLParser):

@@ -22,6 +22,7 @@ from oars.chunking import Tokenizer, Unsupported, chunks, extract, word_tokens
 from oars.embeddings import Embedder
 from oars.errors import StoreUnavailable
 from oars.store import ChunkVectors, EmbeddedBy, Pending, Store
+from oars.vector_stores import MAX_FILE_CHUNKS
 
 log = logging.getLogger("oars.ingest")
 
@@ -33,6 +34,12 @@ def _cut(data: bytes, pending: Pending, tokenizer: Tokenizer) -> list[tuple[str,
     static = pending.chunking["static"]
     text = extract(data, pending.filename)
     found = chunks(text, tokenizer, static["max_chunk_size_tokens"], static["chunk_overlap_tokens"])
+    if len(found) > MAX_FILE_CHUNKS:
+        raise Unsupported(
+            f"The file makes {len(found)} chunks; at most {MAX_FILE_CHUNKS} are kept of one "
+            "file (split it, or use larger chunks).",
+            "invalid_file",
+        )
     return [(chunk.text, chunk.tokens) for chunk in found]
 
 
@@ -75,7 +82,7 @@ class Ingester(Background):
                 data = await asyncio.to_thread(handle.read)
             cut = await asyncio.to_thread(_cut, data, pending, self.tokenizer)
         except Unsupported as exc:
-            await self.store.fail_vector_file(pending, "unsupported_file", str(exc))
+            await self.store.fail_vector_file(pending, exc.code, str(exc))
             return False
         except Exception as exc:  # a file that breaks the reader fails alone, not the loop
             log.exception("file %s could not be indexed", pending.file_id)

@@ -22,6 +22,14 @@ ON_OFF: Mapping[str, bool] = {"on": True, "off": False}
 AUTO_ON_OFF: Mapping[str, bool | None] = {"auto": None, **ON_OFF}
 
 
+def days(text: str) -> float:
+    """A number of days, 0 or more."""
+    value = float(text)
+    if not value >= 0 or value == float("inf"):
+        raise ValueError(f"{text!r} is not a number of days (0 or more)")
+    return value
+
+
 @dataclass(frozen=True)
 class EngineSettings:
     """The embedded llama.cpp engine: which model, and how it decodes."""
@@ -292,6 +300,15 @@ class ServerSettings:
 
     host: str = setting("127.0.0.1", "--host", "the address to listen on", env="HOST")
     port: int = setting(8000, "--port", "the port to listen on", env="PORT", parse=int)
+    retention_days: float = setting(
+        0.0,
+        "--retention",
+        "days a stored response or conversation is kept; the sweeper deletes those older "
+        "(a conversation once no response in it is younger). 0: kept until deleted",
+        env="RETENTION",
+        parse=days,
+        metavar="DAYS",
+    )
     replica: str | None = setting(
         None,
         "--replica",

@@ -1,5 +1,6 @@
-"""One sweeper for what expires, run by every replica: vector stores past their `expires_at`
-(marked `expired`, their chunks dropped), uploaded files past their `expires_at`
+"""One sweeper for what expires, run by every replica: stored responses and conversations
+older than the operator's `--retention` (none by default), vector stores past their
+`expires_at` (marked `expired`, their chunks dropped), uploaded files past their `expires_at`
 (the row, then the bytes: a row always names bytes that are there), and what an upload cut off
 by a crash left in the files' folder (a `.part-…` nothing has written to for `STALE_PART`
 seconds; a live upload writes at least every minute, or is cut off as stalled).
@@ -29,8 +30,11 @@ _BATCH = 500  # files a round deletes at most (the next round takes the rest)
 class Sweeper(Background):
     name = "sweeper"
 
-    def __init__(self, store: Store, blobs: Blobs, *, every: float = 60.0) -> None:
-        self.store, self.blobs, self.every = store, blobs, every
+    def __init__(
+        self, store: Store, blobs: Blobs, *, every: float = 60.0, retention: float = 0.0
+    ) -> None:
+        """`retention`: seconds a stored response or conversation is kept (0: until deleted)."""
+        self.store, self.blobs, self.every, self.retention = store, blobs, every, retention
 
     async def sweep(self, now: float) -> int:
         """One round at `now` (a time.time()): how many files went."""
@@ -43,6 +47,14 @@ class Sweeper(Background):
         expired = await self.store.expire_vector_stores(now)
         if expired:
             log.info("the sweeper expired %d vector stores", expired)
+        if self.retention:
+            while forgotten := await self.store.forget_before(
+                int(now - self.retention), limit=_BATCH
+            ):
+                log.info("the sweeper deleted %d responses and conversations past retention",
+                         forgotten)  # fmt: skip
+                if forgotten < _BATCH:
+                    break
         return gone
 
     async def _run(self) -> None:

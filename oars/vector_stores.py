@@ -29,6 +29,9 @@ MAX_ATTRIBUTES, MAX_KEY, MAX_VALUE = 16, 64, 512
 MAX_BATCH = 2000
 MAX_DAYS = 365
 MAX_QUERIES = 10
+MAX_QUERY_CHARS = 4_096  # of one query
+MAX_STORE_FILES = 10_000  # in one vector store, as OpenAI's
+MAX_FILE_CHUNKS = 20_000  # of one file: past it, the file fails (`invalid_file`)
 FILE_STATUSES = ("in_progress", "completed", "failed", "cancelled")
 
 
@@ -137,6 +140,17 @@ def expires_after(value: Any) -> Json | None:
     return {"anchor": "last_active_at", "days": days}
 
 
+def room(store: Json, adding: int) -> None:
+    """A store may take `adding` more files (a 400 past `MAX_STORE_FILES`)."""
+    if store["file_counts"]["total"] + adding > MAX_STORE_FILES:
+        raise InvalidRequest(
+            f"Vector store '{store['id']}' holds {store['file_counts']['total']} files; adding "
+            f"{adding} would pass the limit of {MAX_STORE_FILES}.",
+            param=None,
+            code="too_many_files",
+        )
+
+
 def file_ids(value: Any, param: str = "file_ids") -> list[str]:
     if value is None:
         return []
@@ -184,6 +198,8 @@ def search(body: Json) -> Search:
         raise fail(
             f"Invalid 'query': a non-empty string or a list of up to {MAX_QUERIES}.", "query"
         )
+    if any(len(q) > MAX_QUERY_CHARS for q in queries):
+        raise fail(f"Invalid 'query': a query of at most {MAX_QUERY_CHARS} characters.", "query")
     limit = body.get("max_num_results", 10)
     if not _int(limit) or not 1 <= limit <= 50:
         raise fail("Invalid 'max_num_results': an integer from 1 to 50.", "max_num_results")

@@ -636,7 +636,11 @@ def create_app(
         service.toolboxes.observe = metrics.mcp_call
 
     blobs = Blobs(files) if files is not None else None
-    sweeper = Sweeper(store, blobs) if store is not None and blobs is not None else None
+    sweeper = (
+        Sweeper(store, blobs, retention=settings.retention_days * 86_400)
+        if store is not None and blobs is not None
+        else None
+    )
     ingester = (
         Ingester(store, blobs, embedder=embedder)
         if store is not None and blobs is not None

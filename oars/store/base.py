@@ -452,6 +452,12 @@ class Upkeep(Protocol):
         """Up to `limit` ids of files past their `expires_at` at `now` (any tenant's)."""
         ...
 
+    async def forget_before(self, before: int, *, limit: int) -> int:
+        """Delete up to `limit` finished responses created before `before` (seconds), with
+        their items and logs, and up to `limit` conversations created before it in which no
+        response is younger, with their items: how many of both went."""
+        ...
+
     async def close(self) -> None: ...
 
 

@@ -19,7 +19,15 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from oars.errors import StoreUnavailable
 from oars.jsonfast import dumps
-from oars.store.base import Chain, Conversation, Json, Page, StoredResponse, Writes
+from oars.store.base import (
+    TERMINAL_STATUSES,
+    Chain,
+    Conversation,
+    Json,
+    Page,
+    StoredResponse,
+    Writes,
+)
 from oars.store.files import FileRows
 from oars.store.lanes import Lane, is_sqlite, lane_for, sql_engine
 from oars.store.schema import (
@@ -139,6 +147,29 @@ class SqlStore(FileRows, VectorRows):
         async with self.engine.connect() as conn:
             rows = (await conn.execute(query)).all()
         return [json.loads(row.snapshot) for row in rows]
+
+    @guarded
+    async def forget_before(self, before: int, *, limit: int) -> int:
+        finished = responses.c.status.in_(TERMINAL_STATUSES)
+        old = select(responses.c.id).where(finished, responses.c.created_at < before)
+        younger = select(responses.c.id).where(
+            responses.c.conversation_id == conversations.c.id, responses.c.created_at >= before
+        )
+        stale = select(conversations.c.id).where(
+            conversations.c.created_at < before, ~younger.exists()
+        )
+        async with self.engine.begin() as conn:
+            ids = [row.id for row in await conn.execute(old.limit(limit))]
+            if ids:
+                for table in (response_items, response_logs):
+                    await conn.execute(delete(table).where(table.c.response_id.in_(ids)))
+                await conn.execute(delete(responses).where(responses.c.id.in_(ids)))
+            talks = [row.id for row in await conn.execute(stale.limit(limit))]
+            if talks:
+                items = conversation_items.c.conversation_id
+                await conn.execute(delete(conversation_items).where(items.in_(talks)))
+                await conn.execute(delete(conversations).where(conversations.c.id.in_(talks)))
+        return len(ids) + len(talks)
 
     @guarded
     async def delete(self, response_id: str) -> bool:

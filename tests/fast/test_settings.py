@@ -12,7 +12,7 @@ import pytest
 
 from oars.errors import SetupError
 from oars.flags import Flag, fields
-from oars.settings import Settings, add_flags, flag_rows, from_args
+from oars.settings import Settings, add_flags, days, flag_rows, from_args
 
 FLAGS = list(fields(Settings))
 
@@ -34,7 +34,7 @@ def _sample(flag: Flag, default: Any) -> tuple[str, Any]:
         return word, flag.words[word]
     if flag.repeat:
         return "x", ("x",)
-    samples: dict[Any, str] = {int: "7", float: "0.5"}
+    samples: dict[Any, str] = {int: "7", float: "0.5", days: "30"}
     text = samples.get(flag.parse, "health")
     return text, flag.parse(text)
 

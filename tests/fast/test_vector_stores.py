@@ -17,10 +17,11 @@ import pytest
 from sqlalchemy import func, select, text, update
 
 from oars.chunking import Unsupported, chunks, extract, html_text, word_tokens
+from oars.errors import InvalidRequest
 from oars.store import NewVectorFile, SqlStore
 from oars.store.schema import vector_chunks, vector_stores
 from oars.sweeper import Sweeper
-from oars.vector_stores import Ranking, fused, matches, score
+from oars.vector_stores import MAX_STORE_FILES, Ranking, fused, matches, room, score
 from tests.conftest import files_server, sdk
 
 A, B = "key-a-0123456789", "key-b-9876543210"
@@ -351,6 +352,7 @@ def test_bad_inputs_are_4xx_in_openai_s_shape(tmp_path: Path) -> None:
             ),
             ("POST", f"{one}/search", {}, 400, "query"),
             ("POST", f"{one}/search", {"query": ""}, 400, "query"),
+            ("POST", f"{one}/search", {"query": "a" * 4097}, 400, "query"),
             (
                 "POST",
                 f"{one}/search",
@@ -420,6 +422,47 @@ def test_bad_inputs_are_4xx_in_openai_s_shape(tmp_path: Path) -> None:
         _is_error(httpx.post(f"{one}/files", content=infinite), 400, "attributes.n")
 
 
+def _pdf(*lines: str) -> bytes:
+    """A real one-page PDF of `lines` in Helvetica, written object by object with its xref."""
+    stream = "BT /F1 12 Tf 72 720 Td 14 TL " + " ".join(f"({line}) '" for line in lines) + " ET"
+    objects = [
+        "<< /Type /Catalog /Pages 2 0 R >>",
+        "<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+        "/Resources << /Font << /F1 5 0 R >> >> >>",
+        f"<< /Length {len(stream)} >>\nstream\n{stream}\nendstream",
+        "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    out, offsets = b"%PDF-1.4\n", []
+    for number, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += f"{number} 0 obj\n{body}\nendobj\n".encode()
+    table = "".join(f"{offset:010d} 00000 n \n" for offset in offsets)
+    out += (
+        f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n{table}"
+        f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R >>\nstartxref\n{len(out)}\n%%EOF\n"
+    ).encode()
+    return out
+
+
+def test_a_pdf_is_indexed_by_its_text(tmp_path: Path) -> None:
+    assert extract(_pdf("Glaciers carve fjords.", "Moraines mark their end."), "x.pdf") == (
+        "Glaciers carve fjords.\nMoraines mark their end."
+    )
+    url = f"sqlite:///{tmp_path}/oars.db"
+    with _server(url, tmp_path / "files") as base, _sdk(base) as client:
+        pdf = _pdf("Glaciers carve fjords.", "Moraines mark where they ended.")
+        made = client.files.create(file=("ice.pdf", pdf), purpose="assistants")
+        other = client.files.create(file=("b.txt", b"Deserts hold dunes."), purpose="assistants")
+        vs = client.vector_stores.create(file_ids=[made.id, other.id])
+        assert _until_completed(client, vs.id).file_counts.completed == 2
+        hits = client.vector_stores.search(vs.id, query="moraines fjords").data
+        assert [h.filename for h in hits] == ["ice.pdf"]
+        assert "Moraines mark where they ended." in hits[0].content[0].text
+        content = client.vector_stores.files.content(made.id, vector_store_id=vs.id)
+        assert "Glaciers carve fjords." in "".join(part.text or "" for part in content)
+
+
 def test_a_file_that_cannot_be_read_fails_alone(store_url: str, tmp_path: Path) -> None:
     with _server(store_url, tmp_path / "files") as base, _sdk(base) as client:
         binary = client.files.create(file=("blob.bin", bytes(range(256)) * 4), purpose="assistants")
@@ -431,7 +474,7 @@ def test_a_file_that_cannot_be_read_fails_alone(store_url: str, tmp_path: Path) 
         assert (store.file_counts.failed, store.file_counts.completed) == (3, 1)
         for file_id, code in (
             (binary.id, "unsupported_file"),
-            (pdf.id, "unsupported_file"),
+            (pdf.id, "invalid_file"),  # a PDF, broken
             (empty.id, "invalid_file"),
         ):
             got = client.vector_stores.files.retrieve(file_id, vector_store_id=vs.id)
@@ -574,3 +617,11 @@ def test_fusion_weighs_each_list_by_reciprocal_rank_within_0_and_1() -> None:
     assert set(by_words) == {1, 2} and by_words[1] > by_words[2]  # the list weighed 0 finds none
     leaning = fused(words, meaning, Ranking(embedding_weight=3))
     assert leaning[3] > leaning[1]  # the vectors' second passes the keywords' first
+
+
+def test_a_store_takes_at_most_its_limit_of_files() -> None:
+    full = {"id": "vs_x", "file_counts": {"total": MAX_STORE_FILES - 2}}
+    room(full, 2)
+    with pytest.raises(InvalidRequest) as refused:
+        room(full, 3)
+    assert refused.value.code == "too_many_files"
