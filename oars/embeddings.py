@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from oars.errors import ClientError, InvalidRequest, SetupError
+from oars.errors import ClientError, InvalidRequest, SetupError, UpstreamError
 
 Vectors = npt.NDArray[np.float32]  # one unit-length row per text
 MAX_INPUTS = 2048  # OpenAI's limit on the texts of one request
@@ -95,6 +96,91 @@ class LlamaEmbedder:
     def close(self) -> None:
         self._thread.shutdown(wait=True)
         self._llama.close()
+
+
+class UpstreamEmbedder:
+    """An embedding model another server runs (the gateway's): OpenAI's `/embeddings` at
+    `url` (…/v1), the model it knows as `model`, its replicas `urls` tried in turn when one
+    cannot be reached. Its dimension is learnt at startup (`probe`) by embedding one word."""
+
+    def __init__(self, model: str, urls: Sequence[str], *, timeout: float = 300.0) -> None:
+        import httpx
+
+        self._model, self.urls = model, tuple(u.rstrip("/") for u in urls)
+        self._client = httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=10.0))
+        self._dimensions = 0
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    @property
+    def dimensions(self) -> int:
+        return self._dimensions
+
+    @classmethod
+    def probe(cls, model: str, urls: Sequence[str]) -> UpstreamEmbedder:
+        """The embedder, its dimension read from one embedding (a `SetupError` when the
+        upstream cannot give one)."""
+        import httpx
+
+        async def once(embedder: UpstreamEmbedder) -> Embedded:
+            async with httpx.AsyncClient(timeout=30.0) as client:  # (this loop's alone)
+                return await embedder._post(["dimensions"], client)
+
+        embedder = cls(model, urls)
+        try:
+            embedder._dimensions = int(asyncio.run(once(embedder)).vectors.shape[1])
+        except UpstreamError as exc:
+            raise SetupError(f"--embedding-model {model}: {exc}") from exc
+        return embedder
+
+    async def embed(self, texts: Sequence[str]) -> Embedded:
+        embedded = await self._post(list(texts))
+        if embedded.vectors.shape != (len(texts), self._dimensions):
+            raise UpstreamError(
+                f"the embedding upstream answered {embedded.vectors.shape[0]} vectors of "
+                f"{embedded.vectors.shape[1]} dimensions for {len(texts)} texts of "
+                f"{self._dimensions}"
+            )
+        return embedded
+
+    async def _post(self, texts: list[str], client: Any = None) -> Embedded:
+        import httpx
+
+        client = client or self._client
+        body = {"model": self._model, "input": texts, "encoding_format": "float"}
+        failure = ""
+        for url in self.urls:
+            try:
+                answer = await client.post(f"{url}/embeddings", json=body)
+            except httpx.TransportError as exc:
+                failure = f"{url}: {type(exc).__name__}"
+                continue
+            if answer.status_code != 200:
+                raise UpstreamError(
+                    f"the embedding upstream {url} answered {answer.status_code}: "
+                    f"{answer.text[:300]}"
+                )
+            return _embedded(answer.json(), len(texts))
+        raise UpstreamError(f"no embedding upstream could be reached ({failure})", retryable=True)
+
+    def close(self) -> None:
+        with contextlib.suppress(RuntimeError):  # (no loop runs: nothing is open)
+            self._closing = asyncio.get_running_loop().create_task(self._client.aclose())
+
+
+def _embedded(answer: Any, count: int) -> Embedded:
+    """An upstream's `CreateEmbeddingResponse`, its rows in `index` order."""
+    try:
+        data = sorted(answer["data"], key=lambda d: d["index"])
+        rows = np.asarray([d["embedding"] for d in data], dtype=np.float32)
+        tokens = int((answer.get("usage") or {}).get("prompt_tokens") or 0)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UpstreamError(f"the embedding upstream's answer is not embeddings: {exc}") from exc
+    if rows.ndim != 2 or len(rows) != count:
+        raise UpstreamError(f"the embedding upstream answered {len(rows)} rows for {count} texts")
+    return Embedded(unit_rows(rows), tokens)
 
 
 def unit_rows(vectors: Vectors) -> Vectors:

@@ -213,9 +213,20 @@ def _embedder(settings: Settings, *, embedded: bool) -> Embedder | None:
     beside the `embedded` engine's (a gateway takes it only when `oars pull` has cached it)."""
     import importlib.util
 
-    from oars.embeddings import LlamaEmbedder, embedding_file
+    from oars.embeddings import LlamaEmbedder, UpstreamEmbedder, embedding_file
+    from oars.engines.upstream.config import upstream_arg
     from oars.weights import pull_embedding
 
+    spec = settings.embedding.model or ""
+    if "=" in spec:  # MODEL=URL: another server's
+        try:
+            remote = upstream_arg(spec)
+        except ValueError as exc:
+            raise SetupError(f"--embedding-model: {exc}") from exc
+        embedder: Embedder = UpstreamEmbedder.probe(remote.model, remote.urls)
+        print(f"oars: embeddings by {remote.model} at {remote.url} ({embedder.dimensions} "
+              "dimensions)", flush=True)  # fmt: skip
+        return embedder
     if settings.embedding.model is None and embedded:
         try:
             pull_embedding()

@@ -116,15 +116,17 @@ class EngineSettings:
 
 @dataclass(frozen=True)
 class EmbeddingSettings:
-    """The embedding model `/v1/embeddings` runs (llama.cpp, in-process)."""
+    """The embedding model `/v1/embeddings` and vector stores run (llama.cpp in-process, or
+    another server's)."""
 
     model: str | None = setting(
         None,
         "--embedding-model",
-        "a GGUF file, a model in the cache by name, or 'off' (default: the built-in "
+        "a GGUF file, a model in the cache by name, MODEL=URL for a model another server "
+        "runs (OpenAI's /embeddings at URL, …/v1), or 'off' (default: the built-in "
         "all-minilm-l6-v2 when `oars pull` has fetched it, else none)",
         env="EMBEDDING_MODEL",
-        metavar="PATH|NAME",
+        metavar="PATH|NAME|MODEL=URL",
     )
 
 
