@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 from typing import Protocol
 
+from oars.office import NotOffice, is_zip, office_text
+
 AUTO_MAX, AUTO_OVERLAP = 800, 400
 MIN_MAX, MAX_MAX = 100, 4096
 
@@ -86,6 +88,11 @@ def extract(data: bytes, filename: str) -> str:
     """The text of a file, or `Unsupported`."""
     if data.startswith(b"%PDF-"):
         return pdf_text(data)
+    if is_zip(data):
+        try:
+            return office_text(data)
+        except NotOffice as exc:
+            raise Unsupported(f"The file is a zip archive: {exc}.") from exc
     utf16 = data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
     try:
         text = data.decode("utf-16" if utf16 else "utf-8").removeprefix("\ufeff")
