@@ -87,10 +87,10 @@ _HTML_SUFFIXES = (".html", ".htm", ".xhtml")
 def extract(data: bytes, filename: str) -> str:
     """The text of a file, or `Unsupported`."""
     if data.startswith(b"%PDF-"):
-        return pdf_text(data)
+        return _clean(pdf_text(data))
     if is_zip(data):
         try:
-            return office_text(data)
+            return _clean(office_text(data))
         except NotOffice as exc:
             raise Unsupported(f"The file is a zip archive: {exc}.") from exc
     utf16 = data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
@@ -106,11 +106,17 @@ def extract(data: bytes, filename: str) -> str:
     return text
 
 
+def _clean(text: str) -> str:
+    """Text a document reader gave, as a database keeps it: no NUL, no lone surrogate (a
+    PDF's own mapping of its glyphs may give either), a surrogate pair made one character."""
+    text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text.replace("\x00", "")
+
+
 def pdf_text(data: bytes) -> str:
     """A PDF's text, page after page (pypdf's layout-free extraction): an encrypted PDF is
     read if its user password is empty, as viewers open it."""
     from pypdf import PdfReader
-    from pypdf.errors import PyPdfError
 
     try:
         reader = PdfReader(io.BytesIO(data))
@@ -119,7 +125,9 @@ def pdf_text(data: bytes) -> str:
         if len(reader.pages) > MAX_PDF_PAGES:
             raise Unsupported(f"The PDF has more than {MAX_PDF_PAGES} pages.")
         return "\n\n".join(page.extract_text() for page in reader.pages)
-    except (PyPdfError, ValueError, KeyError, TypeError) as exc:
+    except Unsupported:
+        raise
+    except Exception as exc:  # (pypdf raises more than its own errors on a broken file)
         raise Unsupported(f"The PDF cannot be read: {exc}", "invalid_file") from exc
 
 

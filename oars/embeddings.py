@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -65,7 +66,10 @@ class LlamaEmbedder:
             pooling_type=llama_cpp.LLAMA_POOLING_TYPE_MEAN,
             n_ctx=0,  # the model's own context: the longest text a pass can hold
             n_batch=1 << 16,  # capped at the context
+            # every pass is a batch: llama.cpp's default, every core, stalled a pass for a
+            # second while the chat engine held a core (`bench.lab.vector_search`)
             n_threads=threads,
+            n_threads_batch=threads or max(1, (os.cpu_count() or 2) // 2),
             verbose=False,
         )
         self._model = model
@@ -98,10 +102,18 @@ class LlamaEmbedder:
         self._llama.close()
 
 
+UPSTREAM_CHARS = 1_500  # of a text sent to an embedding server (most refuse past their context)
+
+
 class UpstreamEmbedder:
     """An embedding model another server runs (the gateway's): OpenAI's `/embeddings` at
     `url` (…/v1), the model it knows as `model`, its replicas `urls` tried in turn when one
-    cannot be reached. Its dimension is learnt at startup (`probe`) by embedding one word."""
+    cannot be reached. Its dimension is learnt at startup (`probe`) by embedding one word.
+
+    Each text goes as its first `UPSTREAM_CHARS` characters: vLLM and llama.cpp's server refuse
+    a text past the model's context (512 tokens for the MiniLM and BGE families), where the
+    model in-process keeps the tokens that fit; 1,500 characters of English are about 350 of
+    their tokens."""
 
     def __init__(self, model: str, urls: Sequence[str], *, timeout: float = 300.0) -> None:
         import httpx
@@ -149,7 +161,8 @@ class UpstreamEmbedder:
         import httpx
 
         client = client or self._client
-        body = {"model": self._model, "input": texts, "encoding_format": "float"}
+        cut = [text[:UPSTREAM_CHARS] for text in texts]
+        body = {"model": self._model, "input": cut, "encoding_format": "float"}
         failure = ""
         for url in self.urls:
             try:
@@ -162,7 +175,10 @@ class UpstreamEmbedder:
                     f"the embedding upstream {url} answered {answer.status_code}: "
                     f"{answer.text[:300]}"
                 )
-            return _embedded(answer.json(), len(texts))
+            try:
+                return _embedded(answer.json(), len(texts))
+            except ValueError as exc:  # (not JSON: a page of something else at that URL)
+                raise UpstreamError(f"the embedding upstream {url} answered no JSON") from exc
         raise UpstreamError(f"no embedding upstream could be reached ({failure})", retryable=True)
 
     def close(self) -> None:

@@ -20,8 +20,8 @@ from oars.background import Background
 from oars.blobs import Blobs
 from oars.chunking import Tokenizer, Unsupported, chunks, extract, word_tokens
 from oars.embeddings import Embedder
-from oars.errors import StoreUnavailable
-from oars.store import ChunkVectors, EmbeddedBy, Pending, Store
+from oars.errors import StoreUnavailable, UpstreamError
+from oars.store import ChunkVectors, EmbeddedBy, Pending, Store, WrongEmbedding
 from oars.vector_stores import MAX_FILE_CHUNKS
 
 log = logging.getLogger("oars.ingest")
@@ -41,6 +41,10 @@ def _cut(data: bytes, pending: Pending, tokenizer: Tokenizer) -> list[tuple[str,
             "invalid_file",
         )
     return [(chunk.text, chunk.tokens) for chunk in found]
+
+
+class Postponed(Exception):
+    """The round stops: what it needs (the embedding server) cannot be reached now."""
 
 
 async def _embedded(embedder: Embedder, texts: list[str]) -> ChunkVectors:
@@ -91,29 +95,41 @@ class Ingester(Background):
         if not cut:
             await self.store.fail_vector_file(pending, "invalid_file", "The file holds no text.")
             return False
-        held = await self.store.vector_store_embedding(pending.vector_store_id)
         embedder = self.embedder
-        if held is not None and (
-            embedder is None or EmbeddedBy(embedder.model, embedder.dimensions) != held
-        ):
-            runs = "none" if embedder is None else f"'{embedder.model}'"
-            message = (
-                f"The store's vectors are of the embedding model '{held.model}'; this server "
-                f"runs {runs}."
+        held = await self.store.vector_store_embedding(pending.vector_store_id)
+        given = None if embedder is None else EmbeddedBy(embedder.model, embedder.dimensions)
+        if held is not None and held != given:
+            await self.store.fail_vector_file(
+                pending, "server_error", str(WrongEmbedding(held, given))
             )
-            await self.store.fail_vector_file(pending, "server_error", message)
             return False
         vectors = None
         if embedder is not None:
             try:
                 vectors = await _embedded(embedder, [c for c, _ in cut])
+            except UpstreamError as exc:
+                if exc.retryable:  # the embedding server is down: the file waits for it
+                    raise Postponed(str(exc)) from exc
+                await self.store.fail_vector_file(
+                    pending, "server_error", f"Cannot embed it: {exc}"
+                )
+                return False
             except Exception as exc:  # the model failed this file: it fails, the loop goes on
                 log.exception("file %s could not be embedded", pending.file_id)
                 await self.store.fail_vector_file(
                     pending, "server_error", f"Cannot embed it: {exc}"
                 )
                 return False
-        return await self.store.index_vector_file(pending, cut, self.tokenizer.name, vectors)
+        try:
+            return await self.store.index_vector_file(pending, cut, self.tokenizer.name, vectors)
+        except WrongEmbedding as exc:  # (another replica's model came first)
+            await self.store.fail_vector_file(pending, "server_error", str(exc))
+        except StoreUnavailable:
+            raise
+        except Exception as exc:  # what this file's text did to the database: it fails alone
+            log.exception("file %s could not be kept", pending.file_id)
+            await self.store.fail_vector_file(pending, "server_error", f"Cannot keep it: {exc}")
+        return False
 
     async def round(self) -> int:
         """Index what is pending, until nothing is: how many files were indexed."""
@@ -132,6 +148,8 @@ class Ingester(Background):
                 await self.round()
             except StoreUnavailable as exc:  # the next round tries again
                 log.warning("the ingester could not reach the store: %s", exc)
+            except Postponed as exc:
+                log.warning("the ingester waits for the embedding model: %s", exc)
             try:
                 async with asyncio.timeout(self.every):
                     await self._wake.wait()

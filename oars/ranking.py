@@ -20,7 +20,7 @@ from typing import Any
 
 from oars import vector_stores as rules
 from oars.embeddings import Embedder
-from oars.errors import ClientError, InvalidRequest, NotFound, StoreUnavailable
+from oars.errors import ClientError, EngineError, InvalidRequest, NotFound, StoreUnavailable
 from oars.file_run import FileSearchFailed, Hit, Searchers
 from oars.store import EmbeddedBy, Json, Vectors
 from oars.vector_stores import Ranking
@@ -178,7 +178,8 @@ class StoreSearcher:
                     for r in found
                 ]
                 await used(self.vectors, store)
-        except (StoreUnavailable, ClientError) as exc:  # (a store emptied and refilled since)
+        # (a store refilled by another model since; the embedding server down)
+        except (StoreUnavailable, ClientError, EngineError) as exc:
             raise FileSearchFailed(str(exc)) from exc
         return sorted(hits, key=lambda hit: -hit.score)[:limit]
 

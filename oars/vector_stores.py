@@ -241,7 +241,12 @@ def ranking(options: Any, param: str = "ranking_options") -> Ranking:
 
 def _number_in(value: Any, param: str, most: float | None) -> float:
     """A number from 0 (to `most`, if given)."""
-    if not _number(value) or value < 0 or (most is not None and value > most):
+    if (
+        not _number(value)
+        or not math.isfinite(value)
+        or value < 0
+        or (most is not None and value > most)
+    ):
         span = "from 0" if most is None else f"from 0 to {most:g}"
         raise fail(f"Invalid '{param}': a number {span}.", param)
     return float(value)

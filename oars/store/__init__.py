@@ -24,6 +24,7 @@ from oars.store.base import (
     Upkeep,
     Vectors,
     Writes,
+    WrongEmbedding,
 )
 from oars.store.sql import SqlStore, database_url
 
@@ -52,5 +53,6 @@ __all__ = [
     "Upkeep",
     "Vectors",
     "Writes",
+    "WrongEmbedding",
     "database_url",
 ]

@@ -220,6 +220,18 @@ class EmbeddedBy:
     dimensions: int
 
 
+class WrongEmbedding(Exception):
+    """A file's vectors are not of the model its store's are (or it has none, and the store
+    has): it is not indexed."""
+
+    def __init__(self, held: EmbeddedBy, given: EmbeddedBy | None) -> None:
+        runs = "none" if given is None else f"'{given.model}' ({given.dimensions} dimensions)"
+        super().__init__(
+            f"The store's vectors are of the embedding model '{held.model}' "
+            f"({held.dimensions} dimensions); this file's are of {runs}."
+        )
+
+
 @dataclass(frozen=True)
 class ChunkVectors:
     """A file's chunks' vectors, a row each in the chunks' order (unit length, float32)."""
@@ -333,7 +345,10 @@ class Vectors(Protocol):
     ) -> bool:
         """Keep a file's chunks (text, tokens) and their vectors, and mark it `completed`, in
         one transaction, unless it is no longer this pending adding of it (removed, added
-        again, cancelled). A store's first vectors record the model they are of."""
+        again, cancelled). The first vectors of a store without chunks record the model they
+        are of; a store with chunks and no model stays keyword-only (`vectors` are dropped);
+        vectors of another model than the store's, or none where it has one, are
+        `WrongEmbedding`."""
         ...
 
     async def fail_vector_file(self, pending: Pending, code: str, message: str) -> None: ...

@@ -91,6 +91,5 @@ class FileRows:
     async def delete_file(self, file_id: str) -> bool:
         async with self.engine.begin() as conn:
             gone = await conn.execute(delete(files).where(files.c.id == file_id))
-            for statement in forget_file(file_id):  # and from every vector store
-                await conn.execute(statement)
+            await forget_file(conn, file_id)  # and from every vector store
         return bool(gone.rowcount)

@@ -49,6 +49,11 @@ responses = Table(
     Column("served_by", String(300), nullable=False, server_default=""),  # the engine replica
 )
 Index("responses_running", responses.c.status, responses.c.lease_until)
+# what `--retention` sweeps (`_v7`): responses by age, and a conversation's youngest response
+RESPONSES_BY_AGE = Index("responses_by_age", responses.c.created_at)
+RESPONSES_BY_CONVERSATION = Index(
+    "responses_by_conversation", responses.c.conversation_id, responses.c.created_at
+)
 
 response_items = Table(
     "response_items",
@@ -258,7 +263,10 @@ def _names(conn: Connection, table: str) -> set[str]:
 def _v7(conn: Connection) -> None:
     """Chunks keep their vector (`embedding`, a unit float32 vector) and stores the model
     they are of. On PostgreSQL the column is pgvector's `vector` where the extension can be
-    created (compared in the database), else `bytea` as on SQLite (compared by numpy)."""
+    created (compared in the database), else `bytea` as on SQLite (compared by numpy). And
+    responses are indexed by age and by conversation, for `--retention`'s sweeps."""
+    for index in (RESPONSES_BY_AGE, RESPONSES_BY_CONVERSATION):
+        index.create(conn, checkfirst=True)
     have = _names(conn, "vector_stores")
     for name, kind in (
         ("embedding_model", "VARCHAR(300)"),
@@ -279,6 +287,8 @@ def _v7(conn: Connection) -> None:
         except DBAPIError:  # not installed, or not ours to create: numpy compares instead
             pass
     conn.execute(text(f"ALTER TABLE vector_chunks ADD COLUMN embedding {kind}"))
+    if conn.dialect.name == "postgresql":  # in the row, not TOAST's table: a search reads all
+        conn.execute(text("ALTER TABLE vector_chunks ALTER COLUMN embedding SET STORAGE MAIN"))
 
 
 # Step N brings the schema from version N-1 to N. Append; never edit a released step.

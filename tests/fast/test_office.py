@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from oars.chunking import Unsupported, extract
-from oars.office import MAX_PART_BYTES, NotOffice, office_text
+from oars.office import MAX_UNPACKED_BYTES, NotOffice, office_text
 from tests.conftest import files_server, sdk
 
 W = 'xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"'
@@ -79,10 +79,20 @@ def test_what_is_no_office_document_is_refused() -> None:
         office_text(_zip({"notes.txt": "a plain zip"}))
     with pytest.raises(NotOffice):
         office_text(_zip({"word/document.xml": "<w:document"}))  # broken XML
-    bomb = _zip({"word/document.xml": b"<a>" + b" " * (MAX_PART_BYTES + 1) + b"</a>"})
-    assert len(bomb) < MAX_PART_BYTES // 100
+    bomb = _zip({"word/document.xml": b"<a>" + b" " * (MAX_UNPACKED_BYTES + 1) + b"</a>"})
+    assert len(bomb) < MAX_UNPACKED_BYTES // 100
     with pytest.raises(NotOffice, match="MiB"):
         office_text(bomb)
+    half = b"<a>" + b" " * (MAX_UNPACKED_BYTES // 2) + b"</a>"  # each part within, not all
+    with pytest.raises(NotOffice, match="MiB"):
+        office_text(_zip({f"ppt/slides/slide{n}.xml": half for n in (1, 2, 3)}))
+    laughs = (
+        '<?xml version="1.0"?><!DOCTYPE d [<!ENTITY a "aaaaaaaaaa">'
+        '<!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;">]>'
+        f"<w:document {W}><w:body><w:p><w:r><w:t>&b;</w:t></w:r></w:p></w:body></w:document>"
+    )
+    with pytest.raises(NotOffice, match="DTD"):
+        office_text(_zip({"word/document.xml": laughs}))
     with pytest.raises(Unsupported):
         extract(_zip({"a.bin": b"\x00"}), "a.zip")
 

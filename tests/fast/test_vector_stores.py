@@ -21,7 +21,7 @@ from oars.errors import InvalidRequest
 from oars.store import NewVectorFile, SqlStore
 from oars.store.schema import vector_chunks, vector_stores
 from oars.sweeper import Sweeper
-from oars.vector_stores import MAX_STORE_FILES, Ranking, fused, matches, room, score
+from oars.vector_stores import MAX_STORE_FILES, Ranking, fused, matches, ranking, room, score
 from tests.conftest import files_server, sdk
 
 A, B = "key-a-0123456789", "key-b-9876543210"
@@ -449,6 +449,8 @@ def test_a_pdf_is_indexed_by_its_text(tmp_path: Path) -> None:
     assert extract(_pdf("Glaciers carve fjords.", "Moraines mark their end."), "x.pdf") == (
         "Glaciers carve fjords.\nMoraines mark their end."
     )
+    # a NUL a PDF's string holds (which PostgreSQL's text cannot) is left out
+    assert extract(_pdf("ice\\000sheet"), "x.pdf") == "icesheet"
     url = f"sqlite:///{tmp_path}/oars.db"
     with _server(url, tmp_path / "files") as base, _sdk(base) as client:
         pdf = _pdf("Glaciers carve fjords.", "Moraines mark where they ended.")
@@ -625,3 +627,12 @@ def test_a_store_takes_at_most_its_limit_of_files() -> None:
     with pytest.raises(InvalidRequest) as refused:
         room(full, 3)
     assert refused.value.code == "too_many_files"
+
+
+@pytest.mark.parametrize("weight", [float("nan"), float("inf"), -1.0, "1", True])
+def test_a_weight_is_a_finite_number_from_0(weight: object) -> None:
+    with pytest.raises(InvalidRequest) as refused:
+        ranking({"hybrid_search": {"text_weight": weight}})
+    assert refused.value.param == "ranking_options.hybrid_search.text_weight"
+    with pytest.raises(InvalidRequest):
+        ranking({"score_threshold": float("nan")})

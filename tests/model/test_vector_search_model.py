@@ -96,8 +96,16 @@ def test_paraphrases_find_their_file_by_vectors_where_keywords_find_nothing(
             assert _first(client, hybrid, query)[0] == expected, query
         # a keyword query still finds its file first
         assert _first(client, hybrid, "basaltic lava Mauna Loa")[0] == "volcanoes.md"
-        # a store without vectors is searched by keyword, with a model running or not
+        # a store without vectors is searched by keyword, with a model running or not, and
+        # stays so: a file added to it now is not embedded
         assert _first(client, keyword_only, "sourdough starter")[0] == "sourdough.txt"
+        note = client.files.create(
+            file=("note.txt", b"Glaciers carve fjords."), purpose="assistants"
+        )
+        added = client.vector_stores.files.create_and_poll(
+            file_id=note.id, vector_store_id=keyword_only, poll_interval_ms=20
+        )
+        assert added.status == "completed"
         # a file taken out is out of the vectors too (numpy's copy is read again)
         volcanoes = next(f.id for f in client.files.list() if f.filename == "volcanoes.md")
         client.vector_stores.files.delete(volcanoes, vector_store_id=hybrid)
@@ -105,6 +113,7 @@ def test_paraphrases_find_their_file_by_vectors_where_keywords_find_nothing(
     if "postgresql" in store_url:
         assert _vector_column(store_url) == "vector"  # compared by pgvector, in the database
     with files_server(store_url, files) as base, sdk(base) as client:
+        assert _first(client, keyword_only, "glaciers fjords") == ["note.txt"]
         with pytest.raises(openai.BadRequestError) as refused:
             client.vector_stores.search(hybrid, query="lava")
         assert refused.value.code == "embedding_model_mismatch"
