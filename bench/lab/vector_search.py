@@ -27,7 +27,11 @@ The questions (hybrid search: chunks keep a vector from the server's embedding m
 PostgreSQL is a throwaway server started here as the tests start theirs (Debian's binaries,
 `initdb -A trust`, loopback, fsync off; as the `postgres` user when root), a database per
 store, stopped at the end. Figures are noisy on a shared machine: the ratio against the
-reference measured in the same run is what counts.
+reference measured in the same run is what counts. Two things move them a lot when other work
+holds a core: llama.cpp's batch threads (one a core) and numpy's BLAS threads stall at their
+barriers while one of them waits for a core (`OPENBLAS_NUM_THREADS=1` in the environment pins
+numpy to one); and PostgreSQL plans a prepared statement for its parameters only in its first
+five runs, then generically (the first call's figure is given apart).
 
     python -m bench.lab.vector_search [--sizes 10000,100000] [--ingest-chunks 100]
         [--queries 50] [--backends sqlite,postgresql]
@@ -410,9 +414,9 @@ async def run(args: argparse.Namespace, folder: Path) -> None:
         ingested: dict[str, tuple[Ingested, Ingested]] = {}
         for backend in backends:
             bare = await ingest(await url(backend), folder / f"b{backend}", None, texts)
-            print(f"ingest {backend} keyword only: {bare}", file=sys.stderr)
+            print(f"ingest {backend} keyword only: {bare.rate:.0f} chunks/s", file=sys.stderr)
             embedded = await ingest(await url(backend), folder / f"e{backend}", embedder, texts)
-            print(f"ingest {backend} embedded: {embedded}", file=sys.stderr)
+            print(f"ingest {backend} embedded: {embedded.rate:.1f} chunks/s", file=sys.stderr)
             ingested[backend] = (embedded, bare)
         searched = []
         for n in [int(s) for s in args.sizes.split(",")]:
@@ -422,7 +426,7 @@ async def run(args: argparse.Namespace, folder: Path) -> None:
                     searched.append(await search(store, backend, n, embedder, args.queries))
                 finally:
                     await store.close()
-                print(f"search {backend} {n}: {searched[-1]}", file=sys.stderr)
+                print(f"searched {backend} {n}", file=sys.stderr)
     finally:
         embedder.close()
         if postgres is not None:
@@ -456,7 +460,8 @@ def report(
     for s in searched:
         ref = s.figures["numpy"]
         for what, t in s.figures.items():
-            ratio = "" if what == "numpy" else f"{t.p50 / ref.p50:.1f}"
+            compared = what in ("search_vectors", "search_store")  # (the others: its parts)
+            ratio = f"{t.p50 / ref.p50:.1f}" if compared else "-"
             cells = f"{t.p50:.2f} | {t.p95:.2f} | {ref.p50:.2f} | {ratio}"
             print(f"| {s.backend} | {s.size} | {what} | {cells} |")
     print(
