@@ -457,12 +457,7 @@ class VectorRows:
             )
             match = " OR ".join(f'"{w}"' for w in words)
         params: dict[str, Any] = {"q": match, "vs": vector_store_id, "n": limit}
-        if file_ids is not None:
-            statement = statement.bindparams(bindparam("ids", expanding=True))
-            params["ids"] = list(file_ids)
-        async with self.engine.connect() as conn:
-            rows = await conn.execute(statement, params)
-            return [Hit(row.id, row.file_id, row.text, float(row.rank)) for row in rows]
+        return await self._hits(statement, params, file_ids)
 
     @guarded
     async def vector_store_embedding(self, vector_store_id: str) -> EmbeddedBy | None:
@@ -519,6 +514,13 @@ class VectorRows:
             "ORDER BY embedding <=> q.v, id LIMIT :n"
         )
         params: dict[str, Any] = {"q": _pgvector(query), "vs": vector_store_id, "n": limit}
+        return await self._hits(statement, params, file_ids)
+
+    async def _hits(
+        self, statement: Any, params: dict[str, Any], file_ids: Sequence[str] | None
+    ) -> list[Hit]:
+        """The chunks a ranking statement finds (`id, file_id, text, rank`), of `file_ids`
+        only (its `:ids`) if given."""
         if file_ids is not None:
             statement = statement.bindparams(bindparam("ids", expanding=True))
             params["ids"] = list(file_ids)
