@@ -7,6 +7,7 @@ is sent."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -153,3 +154,43 @@ def test_a_search_the_model_did_not_finish_is_a_file_search_call_cut(
         [item] = final["output"]
         assert item["type"] == "file_search_call" and item["status"] == "incomplete", item
         assert len(engine.requests) == 1
+
+
+def test_file_search_runs_in_the_background_and_over_a_websocket(tmp_path: Path) -> None:
+    from websockets.sync.client import connect
+
+    from oars.validator import validate_events
+
+    with files_server(
+        f"sqlite:///{tmp_path}/oars.db", tmp_path / "files", ScriptedEngine(_script)
+    ) as base:
+        client = sdk(base)
+        vs_id, sourdough = _store(client)
+        asked: dict[str, Any] = {
+            "model": "m",
+            "input": "How often do I feed a sourdough starter?",
+            "tools": [{"type": "file_search", "vector_store_ids": [vs_id]}],
+            "tool_choice": {"type": "file_search"},
+        }
+        queued = client.responses.create(**asked, background=True)
+        done = client.responses.retrieve(queued.id)
+        while done.status in ("queued", "in_progress"):
+            time.sleep(0.02)
+            done = client.responses.retrieve(queued.id)
+        assert done.status == "completed" and [o.type for o in done.output] == [
+            "file_search_call",
+            "message",
+        ]
+        assert done.output_text == "Feed the starter daily."
+
+        with connect(base.replace("http", "ws", 1) + "/v1/responses") as ws:
+            ws.send(json.dumps({"type": "response.create", **asked}))
+            frames: list[dict[str, Any]] = []
+            while not frames or frames[-1]["type"] != "response.completed":
+                frames.append(json.loads(ws.recv(timeout=30)))
+        report = validate_events(frames)
+        assert report.ok, report.text()
+        final = frames[-1]["response"]
+        assert [o["type"] for o in final["output"]] == ["file_search_call", "message"]
+        (citation,) = final["output"][1]["content"][0]["annotations"]
+        assert citation["file_id"] == sourdough
