@@ -110,7 +110,7 @@ PGVECTOR_SRC := build/pgvector
 pgvector:
 	@pg=$$(ls /usr/lib/postgresql | sort -n | tail -1); \
 	[ -f /usr/share/postgresql/$$pg/extension/vector.control ] && exit 0; \
-	set -e; export DEBIAN_FRONTEND=noninteractive; \
+	set -e; export DEBIAN_FRONTEND=noninteractive; $(SUDO) apt-get update -q >/dev/null; \
 	if [ -n "$$(apt-cache policy postgresql-$$pg-pgvector 2>/dev/null | grep -v '(none)' | grep Candidate)" ]; then \
 		$(SUDO) apt-get install -y -q --no-install-recommends postgresql-$$pg-pgvector; exit 0; fi; \
 	$(SUDO) apt-get install -y -q --no-install-recommends postgresql-server-dev-$$pg gcc make; \
