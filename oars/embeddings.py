@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from oars.errors import ClientError, InvalidRequest, SetupError, UpstreamError
+from oars.store.base import EmbeddedBy
 
 Vectors = npt.NDArray[np.float32]  # one unit-length row per text
 MAX_INPUTS = 2048  # OpenAI's limit on the texts of one request
@@ -197,6 +198,11 @@ def _embedded(answer: Any, count: int) -> Embedded:
     if rows.ndim != 2 or len(rows) != count:
         raise UpstreamError(f"the embedding upstream answered {len(rows)} rows for {count} texts")
     return Embedded(unit_rows(rows), tokens)
+
+
+def embedded_by(embedder: Embedder | None) -> EmbeddedBy | None:
+    """Which model `embedder`'s vectors are of, as a store records it (None: no model)."""
+    return None if embedder is None else EmbeddedBy(embedder.model, embedder.dimensions)
 
 
 def unit_rows(vectors: Vectors) -> Vectors:

@@ -19,7 +19,7 @@ import logging
 from oars.background import Background
 from oars.blobs import Blobs
 from oars.chunking import Tokenizer, Unsupported, chunks, extract, word_tokens
-from oars.embeddings import Embedder
+from oars.embeddings import Embedder, embedded_by
 from oars.errors import StoreUnavailable, UpstreamError
 from oars.store import ChunkVectors, EmbeddedBy, Pending, Store, WrongEmbedding
 from oars.vector_stores import MAX_FILE_CHUNKS
@@ -47,12 +47,12 @@ class Postponed(Exception):
     """The round stops: what it needs (the embedding server) cannot be reached now."""
 
 
-async def _embedded(embedder: Embedder, texts: list[str]) -> ChunkVectors:
+async def _embedded(embedder: Embedder, by: EmbeddedBy, texts: list[str]) -> ChunkVectors:
     rows: list[bytes] = []
     for start in range(0, len(texts), _EMBED_BATCH):
         found = await embedder.embed(texts[start : start + _EMBED_BATCH])
         rows += [row.astype("<f4").tobytes() for row in found.vectors]
-    return ChunkVectors(EmbeddedBy(embedder.model, embedder.dimensions), rows)
+    return ChunkVectors(by, rows)
 
 
 class Ingester(Background):
@@ -97,16 +97,16 @@ class Ingester(Background):
             return False
         embedder = self.embedder
         held = await self.store.vector_store_embedding(pending.vector_store_id)
-        given = None if embedder is None else EmbeddedBy(embedder.model, embedder.dimensions)
+        given = embedded_by(embedder)
         if held is not None and held != given:
             await self.store.fail_vector_file(
                 pending, "server_error", str(WrongEmbedding(held, given))
             )
             return False
         vectors = None
-        if embedder is not None:
+        if embedder is not None and given is not None:
             try:
-                vectors = await _embedded(embedder, [c for c, _ in cut])
+                vectors = await _embedded(embedder, given, [c for c, _ in cut])
             except UpstreamError as exc:
                 if exc.retryable:  # the embedding server is down: the file waits for it
                     raise Postponed(str(exc)) from exc

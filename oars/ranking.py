@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from oars import vector_stores as rules
-from oars.embeddings import Embedder
+from oars.embeddings import Embedder, embedded_by
 from oars.errors import ClientError, EngineError, InvalidRequest, NotFound, StoreUnavailable
 from oars.file_run import FileSearchFailed, Hit, Searchers
 from oars.store import EmbeddedBy, Json, Vectors
@@ -102,9 +102,7 @@ async def comparable(
 ) -> EmbeddedBy | None:
     """The model of the store's vectors (None: it holds none), which must be `embedder`'s."""
     by = await vectors.vector_store_embedding(vector_store_id)
-    if by is None or (
-        embedder is not None and (embedder.model, embedder.dimensions) == (by.model, by.dimensions)
-    ):
+    if by is None or by == embedded_by(embedder):
         return by
     runs = "no embedding model" if embedder is None else f"'{embedder.model}'"
     raise InvalidRequest(

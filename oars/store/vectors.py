@@ -84,6 +84,13 @@ class _Matrix:
     rows: npt.NDArray[np.float32]
 
 
+def _embedded_by(row: Any) -> EmbeddedBy | None:
+    """The model a store's row records (`embedding_model`, `dimensions`), if any."""
+    if row is None or row.embedding_model is None:
+        return None
+    return EmbeddedBy(row.embedding_model, int(row.dimensions))
+
+
 def _pgvector(row: bytes | None) -> str | None:
     """A vector's float32 bytes in pgvector's text form (each float32 exactly, as it reads
     back)."""
@@ -467,9 +474,7 @@ class VectorRows:
                     select(VS.c.embedding_model, VS.c.dimensions).where(VS.c.id == vector_store_id)
                 )
             ).first()
-        if row is None or row.embedding_model is None:
-            return None
-        return EmbeddedBy(row.embedding_model, int(row.dimensions))
+        return _embedded_by(row)
 
     @guarded
     async def search_vectors(
@@ -646,13 +651,11 @@ class VectorRows:
             held = (
                 await conn.execute(select(VS.c.embedding_model, VS.c.dimensions).where(store))
             ).first()
-            if held is None or held.embedding_model is None:
+            model = _embedded_by(held)
+            if model is None:
                 vectors = None  # (a store of keywords alone stays so)
-            elif vectors is None or vectors.by != EmbeddedBy(held.embedding_model, held.dimensions):
-                raise WrongEmbedding(
-                    EmbeddedBy(held.embedding_model, held.dimensions),
-                    None if vectors is None else vectors.by,
-                )
+            elif vectors is None or vectors.by != model:
+                raise WrongEmbedding(model, None if vectors is None else vectors.by)
             rows: list[dict[str, Any]] = [
                 {
                     "vs": pending.vector_store_id,
