@@ -65,7 +65,7 @@ class SqliteLane:
     its statements wait for the GIL behind the loop (at 64 paced streams, 6-19 ms at p99 for a
     new response's 0.3 ms of work). When another connection holds the lock (the thread's, the
     serving engine's, or another process's), the loop tries again a few turns later
-    (`_BUSY_PAUSES`, 15 ms in all), and only then sends the transaction to the lane's thread,
+    (`_BUSY_PAUSES`, 14 ms in all), and only then sends the transaction to the lane's thread,
     which waits for the lock: the loop never does. A transaction sent there at once held the
     lock across its statements' waits for the GIL, 10-25 ms under load, while every held log
     waited (`oars.eventlog`). Each takes the lock as it begins (`BEGIN IMMEDIATE`): what it
@@ -73,11 +73,12 @@ class SqliteLane:
 
     The loop does not wait for the disk either. Its connection never checkpoints the WAL (a
     checkpoint writes and syncs the database file); the thread does, at most every
-    `_CHECKPOINT_SECONDS`, and starts the WAL over itself (the write that does so syncs the
-    WAL's header), each step one statement: the lock is held inside SQLite alone, never across a
-    wait for the GIL, and writers are held back only while the frames they added during the
-    checkpoint are copied. A reader that keeps the WAL from starting over is waited for only
-    once the WAL holds more than `_WAL_FRAMES`, for at most `_RESTART_WAIT_MS`, and not again
+    `_CHECKPOINT_SECONDS`, in passive passes that never hold the writers back, and starts the
+    WAL over itself once every frame is copied (the write that does so syncs the WAL's
+    header), each step one statement: the lock is held inside SQLite alone, never across a wait
+    for the GIL. Under load, when no pass catches up, the writers are held back only once the
+    WAL holds more than `_WAL_FRAMES`, while the frames left are copied; a reader that keeps
+    the WAL from starting over is then waited for at most `_RESTART_WAIT_MS`, and not again
     for `_RESTART_SECONDS` (a reader that lasts, a backup say, must not hold the writes back
     again and again)."""
 
@@ -132,28 +133,44 @@ class SqliteLane:
         # each statement read to its end: one left open would keep the WAL from starting over
         try:
             conn = self._on_thread()
-            # Most of the WAL is copied here, writers going on. They go on writing meanwhile
-            # (a checkpoint takes 20-60 ms under load), so the WAL would not start over: what
-            # they add is copied next, holding them back (SQLite's RESTART), and only if no
-            # reader keeps it (waiting for readers at most `_RESTART_WAIT_MS` when the WAL
-            # is past `_WAL_FRAMES`, not again for `_RESTART_SECONDS`; no wait otherwise).
+            # The WAL is copied by passive checkpoints, writers going on. A pass copies what
+            # the WAL held as it began, and writers add more meanwhile (at 64 streams a first
+            # pass took 40-70 ms, with 3,000-5,000 new frames a second): passes follow, each
+            # shorter than the one before, until one finds nothing new (every frame is copied:
+            # the WAL may start over) or after `_PASSES`.
             [(_, frames, _)] = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
             if not frames:
                 return
-            wait = 0
-            if frames > _WAL_FRAMES and time.monotonic() - self._restarted >= _RESTART_SECONDS:
-                self._restarted, wait = time.monotonic(), _RESTART_WAIT_MS
-            conn.execute(f"PRAGMA busy_timeout={wait}").fetchall()
-            try:
-                [(busy, _, _)] = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
-            finally:
-                conn.execute(f"PRAGMA busy_timeout={_BUSY_MS}").fetchall()
-            if not busy:
-                # The next write starts the WAL over (and syncs its header): this one, of the
-                # user version, which oars uses for nothing else (writing what a page holds
-                # already writes nothing). One statement: the lock is held in SQLite alone.
-                [(version,)] = conn.execute("PRAGMA user_version").fetchall()
-                conn.execute(f"PRAGMA user_version = {(version + 1) % 2**31}").fetchall()
+            for _ in range(_PASSES - 1):
+                [(_, now, done)] = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                new, frames = now - frames, now
+                if new <= 0 and done >= now:  # (new < 0: the WAL started over meanwhile)
+                    break
+            else:
+                # Under load no pass finds nothing new. Past `_WAL_FRAMES` the rest is copied
+                # holding the writers back (SQLite's RESTART), and only if no reader keeps it
+                # (waiting for readers at most `_RESTART_WAIT_MS`, not again for
+                # `_RESTART_SECONDS`; no wait otherwise). That held every held log
+                # (`oars.eventlog`) 1-22 ms, whatever was left to copy (the thread is
+                # descheduled with the lock); done each second at 64 streams, it made the p99
+                # between their deltas. Below, the WAL grows (it is kept, not truncated).
+                if frames <= _WAL_FRAMES:
+                    return
+                wait = 0
+                if time.monotonic() - self._restarted >= _RESTART_SECONDS:
+                    self._restarted, wait = time.monotonic(), _RESTART_WAIT_MS
+                conn.execute(f"PRAGMA busy_timeout={wait}").fetchall()
+                try:
+                    [(busy, _, _)] = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
+                finally:
+                    conn.execute(f"PRAGMA busy_timeout={_BUSY_MS}").fetchall()
+                if busy:
+                    return
+            # The next write starts the WAL over (and syncs its header): this one, of the user
+            # version, which oars uses for nothing else (writing what a page holds already
+            # writes nothing). One statement: the lock is held in SQLite alone.
+            [(version,)] = conn.execute("PRAGMA user_version").fetchall()
+            conn.execute(f"PRAGMA user_version = {(version + 1) % 2**31}").fetchall()
         except (sqlite3.Error, StoreUnavailable) as exc:  # the next may do; writes go on
             log.warning("could not checkpoint the store's WAL: %s", exc)
 
@@ -170,8 +187,11 @@ class SqliteLane:
 
 
 _CHECKPOINT_SECONDS = 1.0
-_BUSY_PAUSES = (0.001, 0.002, 0.004, 0.008)  # seconds the loop waits before trying the lock again
-_WAL_FRAMES = 4000  # pages: 16 MB of 4 KB ones
+# seconds the loop waits before trying the lock again: short, as the checkpoint holds it for a
+# few ms (with 1, 2, 4 and 8, a lock held 2.5 ms kept every held log waiting 7)
+_BUSY_PAUSES = (0.0005,) * 4 + (0.001,) * 4 + (0.002, 0.002, 0.004)
+_WAL_FRAMES = 16_384  # pages: 64 MB of 4 KB ones
+_PASSES = 4  # passive checkpoints in a row at most
 _RESTART_WAIT_MS = 20
 _RESTART_SECONDS = 10.0
 _BUSY_MS = 30_000  # how long a connection waits for SQLite's lock (its driver's `timeout`)
@@ -225,7 +245,8 @@ class PostgresLane:
     """PostgreSQL's lane: a thread running an event loop of its own, with connections of the
     driver's (asyncpg) on it, one a transaction in flight (the writer has two lines,
     `oars.writer`): the serving loop waits for one answer per transaction, not one per
-    statement.
+    statement. A write of one statement (the logs alone) needs no lane: it goes from the
+    serving loop (`statement`).
 
     A transaction's work runs on the driver itself (in a greenlet, the way SQLAlchemy runs
     synchronous code on an asynchronous driver), not through SQLAlchemy's engine, whose pool
@@ -243,6 +264,8 @@ class PostgresLane:
         self.thread.daemon = True
         self.thread.start()
         self._idle: list[asyncpg.Connection] = []  # opened and used on the lane's loop
+        # the serving loop's own, for writes of one statement
+        self._serving: tuple[asyncio.AbstractEventLoop, list[asyncpg.Connection]] | None = None
 
     async def transaction(self, work: Callable[..., T], *args: Any) -> T:
         return await self._on_lane(self._run(work, args))
@@ -251,8 +274,14 @@ class PostgresLane:
         """`work` that runs one statement (the driver's `executemany` is atomic: its rows are
         one implicit transaction), sent without a transaction block: a write of logs alone
         took three round trips (begin, insert, commit), 0.9-1.2 ms of CPU for 16 responses'
-        logs, now one, 0.6-0.7 ms."""
-        return await self._on_lane(self._one(work, args))
+        logs, now one, 0.6-0.7 ms. It is sent from the serving loop itself, on a connection of
+        its own: one round trip has no statements to wait between, and through the lane each
+        write took the GIL from the loop twice more (64 held streams: the server's CPU 3.4-3.6 s
+        against 3.8-3.9 s through the lane, `bench.lab.durable_release`'s load, by hand)."""
+        loop = asyncio.get_running_loop()
+        if self._serving is None or self._serving[0] is not loop:
+            self._serving = (loop, [])
+        return await self._one(work, args, self._serving[1])
 
     async def _run(self, work: Callable[..., T], args: tuple[Any, ...]) -> T:
         try:
@@ -275,9 +304,11 @@ class PostgresLane:
         self._idle.append(conn)
         return result
 
-    async def _one(self, work: Callable[..., T], args: tuple[Any, ...]) -> T:
+    async def _one(
+        self, work: Callable[..., T], args: tuple[Any, ...], idle: list[asyncpg.Connection]
+    ) -> T:
         for attempt in (1, 2):
-            conn = self._idle.pop() if self._idle else None
+            conn = idle.pop() if idle else None
             try:
                 if conn is None or conn.is_closed():
                     conn = await asyncpg.connect(self.dsn, timeout=10, command_timeout=30)
@@ -290,7 +321,7 @@ class PostgresLane:
                     lost = conn.is_closed()
                 refused = isinstance(cause, asyncpg.PostgresError) and not lost
                 if conn is not None and refused:
-                    self._idle.append(conn)  # (the statement was undone on its own)
+                    idle.append(conn)  # (the statement was undone on its own)
                 elif conn is not None:
                     conn.terminate()
                 # A connection the server closed while it was idle (a restart, an
@@ -302,7 +333,7 @@ class PostgresLane:
                 if isinstance(exc, _POSTGRES_ERRORS):
                     raise unavailable(exc) from exc
                 raise
-            self._idle.append(conn)
+            idle.append(conn)
             return result
         raise AssertionError("unreachable")
 
@@ -330,6 +361,9 @@ class PostgresLane:
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(work, self.loop))
 
     async def close(self) -> None:
+        if self._serving is not None and self._serving[0] is asyncio.get_running_loop():
+            await _closed(self._serving[1])
+        self._serving = None
         await self._on_lane(self._close())
         self.loop.call_soon_threadsafe(self.loop.stop)
         await asyncio.to_thread(self.thread.join)
@@ -337,11 +371,15 @@ class PostgresLane:
 
     async def _close(self) -> None:
         idle, self._idle = self._idle, []
-        for conn in idle:
-            try:
-                await conn.close(timeout=5)
-            except (*_POSTGRES_ERRORS, asyncio.CancelledError):
-                conn.terminate()
+        await _closed(idle)
+
+
+async def _closed(idle: list[asyncpg.Connection]) -> None:
+    for conn in idle:
+        try:
+            await conn.close(timeout=5)
+        except (*_POSTGRES_ERRORS, asyncio.CancelledError):
+            conn.terminate()
 
 
 async def _undone(conn: asyncpg.Connection, transaction: Any) -> bool:
