@@ -84,11 +84,22 @@ async def _stream(client: httpx.AsyncClient, base: str) -> tuple[float, list[flo
     return arrivals[0] - started, gaps
 
 
-async def _load(base: str, streams: int) -> tuple[list[float], list[float]]:
+LAST = 5  # a stream's last gaps: 64 streams started together end together
+
+
+async def _load(base: str, streams: int) -> tuple[list[float], ...]:
+    """The first deltas; the gaps between deltas; those but a stream's last `LAST`; those
+    last."""
     limits = httpx.Limits(max_connections=streams + 8)
     async with httpx.AsyncClient(timeout=120, limits=limits) as client:
         results = await asyncio.gather(*(_stream(client, base) for _ in range(streams)))
-    return [first for first, _ in results], [g for _, gaps in results for g in gaps]
+    gaps = [each for _, each in results]
+    return (
+        [first for first, _ in results],
+        [g for each in gaps for g in each],
+        [g for each in gaps for g in each[:-LAST]],
+        [g for each in gaps for g in each[-LAST:]],
+    )
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -110,8 +121,8 @@ def main() -> None:
     from bench.servers import alternate
 
     folder = Path(tempfile.mkdtemp())
-    # each rep's first deltas and gaps, by side and number of streams
-    results: dict[tuple[str, int], list[tuple[list[float], list[float]]]] = {}
+    # each rep's first deltas, gaps and last gaps, by side and number of streams
+    results: dict[tuple[str, int], list[tuple[list[float], ...]]] = {}
     unheld = args.before == "unheld"
     trees = {"before": args.after if unheld else Path(args.before), "after": args.after}
 
@@ -120,14 +131,21 @@ def main() -> None:
         with _server(trees[name], store, held=not (unheld and name == "before")) as server:
             for streams in map(int, args.streams.split(",")):
                 asyncio.run(_load(f"{server.base}/v1", streams))  # a warm-up
-                first, gaps = asyncio.run(_load(f"{server.base}/v1", streams))
-                results.setdefault((name, streams), []).append((first, gaps))
+                results.setdefault((name, streams), []).append(
+                    asyncio.run(_load(f"{server.base}/v1", streams))
+                )
         print(f"{name}, rep {rep + 1} of {args.reps} done", file=sys.stderr)
 
     alternate(["before", "after"], args.reps, run)
     rows = []
     for streams in map(int, args.streams.split(",")):
-        for i, label in enumerate(("first delta", "between deltas")):
+        labels = (
+            "first delta",
+            "between deltas",
+            f"between deltas, but a stream's last {LAST}",
+            f"between a stream's last {LAST + 1} deltas",
+        )
+        for i, label in enumerate(labels):
             b_reps = [rep[i] for rep in results[("before", streams)]]
             a_reps = [rep[i] for rep in results[("after", streams)]]
             b = [v for rep in b_reps for v in rep]

@@ -138,11 +138,14 @@ class SqliteLane:
             # pass took 40-70 ms, with 3,000-5,000 new frames a second): passes follow, each
             # shorter than the one before, until one finds nothing new (every frame is copied:
             # the WAL may start over) or after `_PASSES`.
-            [(_, frames, _)] = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-            if not frames:
+            # (A pass that finds another connection checkpointing is busy, and copies nothing.)
+            [(busy, frames, _)] = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            if busy or frames <= 0:
                 return
             for _ in range(_PASSES - 1):
-                [(_, now, done)] = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                [(busy, now, done)] = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                if busy:
+                    return
                 new, frames = now - frames, now
                 if new <= 0 and done >= now:  # (new < 0: the WAL started over meanwhile)
                     break
@@ -266,6 +269,7 @@ class PostgresLane:
         self._idle: list[asyncpg.Connection] = []  # opened and used on the lane's loop
         # the serving loop's own, for writes of one statement
         self._serving: tuple[asyncio.AbstractEventLoop, list[asyncpg.Connection]] | None = None
+        self._closed = False
 
     async def transaction(self, work: Callable[..., T], *args: Any) -> T:
         return await self._on_lane(self._run(work, args))
@@ -278,9 +282,11 @@ class PostgresLane:
         its own: one round trip has no statements to wait between, and through the lane each
         write took the GIL from the loop twice more (64 held streams: the server's CPU 3.4-3.6 s
         against 3.8-3.9 s through the lane, `bench.lab.durable_release`'s load, by hand)."""
+        if self._closed:
+            raise RuntimeError("the store's lane is closed")
         loop = asyncio.get_running_loop()
         if self._serving is None or self._serving[0] is not loop:
-            self._serving = (loop, [])
+            self._serving = (loop, [])  # (a store serves one loop: a test's may end first)
         return await self._one(work, args, self._serving[1])
 
     async def _run(self, work: Callable[..., T], args: tuple[Any, ...]) -> T:
@@ -361,9 +367,10 @@ class PostgresLane:
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(work, self.loop))
 
     async def close(self) -> None:
-        if self._serving is not None and self._serving[0] is asyncio.get_running_loop():
-            await _closed(self._serving[1])
-        self._serving = None
+        self._closed = True
+        serving, self._serving = self._serving, None
+        if serving is not None and serving[0] is asyncio.get_running_loop():
+            await _closed(serving[1])
         await self._on_lane(self._close())
         self.loop.call_soon_threadsafe(self.loop.stop)
         await asyncio.to_thread(self.thread.join)
@@ -375,11 +382,18 @@ class PostgresLane:
 
 
 async def _closed(idle: list[asyncpg.Connection]) -> None:
-    for conn in idle:
+    """Close each connection; one that fails to, or a close that is cancelled, ends the rest
+    at once (and a cancelled close is cancelled still)."""
+    for i, conn in enumerate(idle):
         try:
             await conn.close(timeout=5)
         except (*_POSTGRES_ERRORS, asyncio.CancelledError):
             conn.terminate()
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                for rest in idle[i + 1 :]:
+                    rest.terminate()
+                raise
 
 
 async def _undone(conn: asyncpg.Connection, transaction: Any) -> bool:
