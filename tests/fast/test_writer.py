@@ -35,7 +35,7 @@ from oars.store import (
 from oars.store.schema import STEPS
 from oars.testing import ScriptedEngine
 from oars.validator import validate_events, validate_sse
-from oars.writer import Writer
+from oars.writer import Kept, Writer
 from tests.conftest import new_database
 
 WORDS = [f"w{i} " for i in range(30)]
@@ -166,29 +166,38 @@ class _Run:
         return _snapshot(self.status, self.id)
 
 
+def _delta(n: int) -> dict[str, Any]:
+    return {"type": "response.output_text.delta", "sequence_number": n, "delta": f"d{n}"}
+
+
+async def _held(
+    store: _Stepped, writer: Writer, names: str
+) -> tuple[dict[str, _Run], dict[str, Kept]]:
+    """A response for each of `names` (`resp_a`…), kept (their first writes let through) and
+    followed by the writer, their logs held."""
+    runs = {name: _Run(f"resp_{name}") for name in names}
+    begun = {name: writer.begin(_new(run.id)) for name, run in runs.items()}
+    store.step("rows")
+    kept = {}
+    for name, run in runs.items():
+        await begun[name]
+        kept[name] = writer.track(run, begun[name], logged=True)
+        run.log.hold(writer.hurry)
+    return runs, kept
+
+
 def test_logs_and_rows_are_written_side_by_side(store_url: str) -> None:
     """A client waits for a stream's events while a new response is being kept: the events go
     in a transaction of their own beside it, and reach the client before it lands. Another
     response ends while its last events are in that transaction: its ending waits for them,
     then carries only its own events."""
 
-    def delta(n: int) -> dict[str, Any]:
-        return {"type": "response.output_text.delta", "sequence_number": n, "delta": f"d{n}"}
-
     async def go() -> None:
         store = _Stepped(store_url)
         await store.open()
         writer = Writer(store, interval=60.0)  # logs only when a client waits for them
         try:
-            runs = {name: _Run(f"resp_{name}") for name in ("a", "b")}
-            begun = {name: writer.begin(_new(run.id)) for name, run in runs.items()}
-            store.step("rows")
-            kept = {}
-            for name, run in runs.items():
-                await begun[name]
-                kept[name] = writer.track(run, begun[name], logged=True)
-                run.log.hold(writer.hurry)
-
+            runs, kept = await _held(store, writer, "ab")
             seen: list[int] = []
 
             async def read() -> None:
@@ -196,13 +205,13 @@ def test_logs_and_rows_are_written_side_by_side(store_url: str) -> None:
                     seen.extend(event["sequence_number"] for event in batch)
 
             reader = asyncio.create_task(read())
-            runs["b"].log.append([delta(0)])
-            runs["a"].log.append([delta(0), delta(1)])  # the client waits for these
+            runs["b"].log.append([_delta(0)])
+            runs["a"].log.append([_delta(0), _delta(1)])  # the client waits for these
             logs = await store.started(2)
             assert not logs.begun and not logs.finished
             assert {batch.response_id for batch in logs.logged} == {"resp_a", "resp_b"}
 
-            done = Finished("resp_b", _snapshot("completed", "resp_b"), [delta(1)])
+            done = Finished("resp_b", _snapshot("completed", "resp_b"), [_delta(1)])
             ending = asyncio.create_task(writer.finish(kept["b"], done))
             new_c = writer.begin(_new("resp_c"))
             rows = await store.started(3)  # the new response, not resp_b's ending yet
@@ -219,11 +228,11 @@ def test_logs_and_rows_are_written_side_by_side(store_url: str) -> None:
             await new_c
             last = await store.started(4)
             [finished] = last.finished
-            assert finished.response_id == "resp_b" and list(finished.events) == [delta(1)]
+            assert finished.response_id == "resp_b" and list(finished.events) == [_delta(1)]
             store.step("rows")
             await asyncio.wait_for(ending, 5)
-            assert await store.events("resp_b", after=-1) == [delta(0), delta(1)]
-            assert await store.events("resp_a", after=-1) == [delta(0), delta(1)]
+            assert await store.events("resp_b", after=-1) == [_delta(0), _delta(1)]
+            assert await store.events("resp_a", after=-1) == [_delta(0), _delta(1)]
             runs["a"].log.close()
             await reader
         finally:
@@ -239,22 +248,12 @@ def test_endings_go_after_the_logs_a_reader_waits_for(store_url: str) -> None:
     64 streams ending together, the last deltas of the streams still running waited behind
     endings of 4-25 responses, 2-4 ms each on SQLite."""
 
-    def delta(n: int) -> dict[str, Any]:
-        return {"type": "response.output_text.delta", "sequence_number": n, "delta": f"d{n}"}
-
     async def go() -> None:
         store = _Stepped(store_url)
         await store.open()
         writer = Writer(store, interval=60.0)  # logs only when a client waits for them
         try:
-            runs = {name: _Run(f"resp_{name}") for name in ("a", "b", "c")}
-            begun = {name: writer.begin(_new(run.id)) for name, run in runs.items()}
-            store.step("rows")
-            kept = {}
-            for name, run in runs.items():
-                await begun[name]
-                kept[name] = writer.track(run, begun[name], logged=True)
-                run.log.hold(writer.hurry)
+            runs, kept = await _held(store, writer, "abc")
             seen: dict[str, list[int]] = {"a": [], "c": []}
 
             async def read(name: str) -> None:
@@ -263,16 +262,16 @@ def test_endings_go_after_the_logs_a_reader_waits_for(store_url: str) -> None:
 
             readers = [asyncio.create_task(read(name)) for name in seen]
             await asyncio.sleep(0.01)  # both wait
-            runs["c"].log.append([delta(0)])
+            runs["c"].log.append([_delta(0)])
             busy = await store.started(2)  # the logs' line, in flight until stepped
             assert [b.response_id for b in busy.logged] == ["resp_c"]
-            runs["a"].log.append([delta(0)])
-            done = Finished("resp_b", _snapshot("completed", "resp_b"), [delta(0)])
+            runs["a"].log.append([_delta(0)])
+            done = Finished("resp_b", _snapshot("completed", "resp_b"), [_delta(0)])
             ending = asyncio.create_task(writer.finish(kept["b"], done))
             first = await asyncio.wait_for(store.started(3), 5)
             assert not first.finished
             assert [(b.response_id, list(b.events)) for b in first.logged] == [
-                ("resp_a", [delta(0)])
+                ("resp_a", [_delta(0)])
             ]
             store.step("logs")
             store.step("logs")
@@ -282,7 +281,7 @@ def test_endings_go_after_the_logs_a_reader_waits_for(store_url: str) -> None:
             assert [f.response_id for f in last.finished] == ["resp_b"]
             store.step("rows")
             await asyncio.wait_for(ending, 5)
-            assert await store.events("resp_b", after=-1) == [delta(0)]
+            assert await store.events("resp_b", after=-1) == [_delta(0)]
             for name in seen:
                 runs[name].log.close()
             await asyncio.gather(*readers)
