@@ -5,10 +5,12 @@ the runs it carried and nothing else; and a database of schema 3 (an event a row
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import sqlite3
 import threading
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -166,6 +168,20 @@ class _Run:
         return _snapshot(self.status, self.id)
 
 
+@contextlib.asynccontextmanager
+async def _stepped(store_url: str) -> AsyncIterator[tuple[_Stepped, Writer]]:
+    """A stepped store, open, and a writer of its whose logs go out only when a reader waits
+    (or a stream will), closed after."""
+    store = _Stepped(store_url)
+    await store.open()
+    writer = Writer(store, interval=60.0)
+    try:
+        yield store, writer
+    finally:
+        await writer.close()
+        await store.close()
+
+
 def _delta(n: int) -> dict[str, Any]:
     return {"type": "response.output_text.delta", "sequence_number": n, "delta": f"d{n}"}
 
@@ -193,10 +209,7 @@ def test_logs_and_rows_are_written_side_by_side(store_url: str) -> None:
     then carries only its own events."""
 
     async def go() -> None:
-        store = _Stepped(store_url)
-        await store.open()
-        writer = Writer(store, interval=60.0)  # logs only when a client waits for them
-        try:
+        async with _stepped(store_url) as (store, writer):
             runs, kept = await _held(store, writer, "ab")
             seen: list[int] = []
 
@@ -235,9 +248,6 @@ def test_logs_and_rows_are_written_side_by_side(store_url: str) -> None:
             assert await store.events("resp_a", after=-1) == [_delta(0), _delta(1)]
             runs["a"].log.close()
             await reader
-        finally:
-            await writer.close()
-            await store.close()
 
     asyncio.run(go())
 
@@ -249,10 +259,7 @@ def test_endings_go_after_the_logs_a_reader_waits_for(store_url: str) -> None:
     endings of 4-25 responses, 2-4 ms each on SQLite."""
 
     async def go() -> None:
-        store = _Stepped(store_url)
-        await store.open()
-        writer = Writer(store, interval=60.0)  # logs only when a client waits for them
-        try:
+        async with _stepped(store_url) as (store, writer):
             runs, kept = await _held(store, writer, "abc")
             seen: dict[str, list[int]] = {"a": [], "c": []}
 
@@ -285,9 +292,6 @@ def test_endings_go_after_the_logs_a_reader_waits_for(store_url: str) -> None:
             for name in seen:
                 runs[name].log.close()
             await asyncio.gather(*readers)
-        finally:
-            await writer.close()
-            await store.close()
 
     asyncio.run(go())
 
@@ -299,10 +303,7 @@ def test_events_made_before_the_first_write_landed_follow_it(store_url: str) -> 
     event = {"type": "response.output_text.delta", "sequence_number": 0, "delta": "a"}
 
     async def go() -> None:
-        store = _Stepped(store_url)
-        await store.open()
-        writer = Writer(store, interval=60.0)
-        try:
+        async with _stepped(store_url) as (store, writer):
             run = _Run("resp_a")
             begun = writer.begin(_new("resp_a"))
             await store.started(1)
@@ -320,9 +321,6 @@ def test_events_made_before_the_first_write_landed_follow_it(store_url: str) -> 
             assert await asyncio.wait_for(first, 5) == [event]
             run.log.close()
             assert await anext(follow, None) is None
-        finally:
-            await writer.close()
-            await store.close()
 
     asyncio.run(go())
 
@@ -334,10 +332,7 @@ def test_events_made_while_the_first_write_waits_go_with_it(store_url: str) -> N
     event = {"type": "response.output_text.delta", "sequence_number": 0, "delta": "a"}
 
     async def go() -> None:
-        store = _Stepped(store_url)
-        await store.open()
-        writer = Writer(store, interval=60.0)
-        try:
+        async with _stepped(store_url) as (store, writer):
             writer.begin(_new("resp_a"))
             await store.started(1)  # in flight: resp_b's first write waits behind it
             run = _Run("resp_b")
@@ -354,9 +349,6 @@ def test_events_made_while_the_first_write_waits_go_with_it(store_url: str) -> N
             await asyncio.wait_for(begun, 5)
             assert run.log.released == 1 and len(store.taken) == 2
             assert await store.events("resp_b", after=-1) == [event]
-        finally:
-            await writer.close()
-            await store.close()
 
     asyncio.run(go())
 
@@ -368,10 +360,7 @@ def test_a_streams_first_events_are_written_before_it_is_told_it_is_kept(store_u
     event = {"type": "response.output_text.delta", "sequence_number": 0, "delta": "a"}
 
     async def go() -> None:
-        store = _Stepped(store_url)
-        await store.open()
-        writer = Writer(store, interval=60.0)  # logs only when a client waits, or will
-        try:
+        async with _stepped(store_url) as (store, writer):
             run = _Run("resp_a")
             begun = writer.begin(_new("resp_a"))
             await store.started(1)
@@ -387,9 +376,6 @@ def test_a_streams_first_events_are_written_before_it_is_told_it_is_kept(store_u
             store.step("logs")
             await asyncio.wait_for(begun, 5)
             assert run.log.released == 1
-        finally:
-            await writer.close()
-            await store.close()
 
     asyncio.run(go())
 
