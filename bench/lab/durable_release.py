@@ -138,13 +138,13 @@ def main() -> None:
 
     alternate(["before", "after"], args.reps, run)
     rows = []
+    labels = (  # in the order `_load` returns them
+        "first delta",
+        "between deltas",
+        f"between deltas, but a stream's last {LAST}",
+        f"between a stream's last {LAST + 1} deltas",
+    )
     for streams in map(int, args.streams.split(",")):
-        labels = (
-            "first delta",
-            "between deltas",
-            f"between deltas, but a stream's last {LAST}",
-            f"between a stream's last {LAST + 1} deltas",
-        )
         for i, label in enumerate(labels):
             b_reps = [rep[i] for rep in results[("before", streams)]]
             a_reps = [rep[i] for rep in results[("after", streams)]]

@@ -370,7 +370,7 @@ class PostgresLane:
         self._closed = True
         serving, self._serving = self._serving, None
         if serving is not None and serving[0] is asyncio.get_running_loop():
-            await _closed(serving[1])
+            await _close_all(serving[1])
         await self._on_lane(self._close())
         self.loop.call_soon_threadsafe(self.loop.stop)
         await asyncio.to_thread(self.thread.join)
@@ -378,10 +378,10 @@ class PostgresLane:
 
     async def _close(self) -> None:
         idle, self._idle = self._idle, []
-        await _closed(idle)
+        await _close_all(idle)
 
 
-async def _closed(idle: list[asyncpg.Connection]) -> None:
+async def _close_all(idle: list[asyncpg.Connection]) -> None:
     """Close each connection; one that fails to, or a close that is cancelled, ends the rest
     at once (and a cancelled close is cancelled still)."""
     for i, conn in enumerate(idle):
