@@ -87,6 +87,8 @@ class Metrics:
         self.mcp_calls: dict[Labels, int] = defaultdict(int)  # (server, outcome)
         self.mcp_seconds = Histogram(LATENCY_BUCKETS)  # (server,)
         self.tools_ignored: dict[Labels, int] = defaultdict(int)  # (type,)
+        # read at scrape time: (model,) → (draft tokens verified, accepted)
+        self.drafts: Callable[[], dict[Labels, tuple[int, int]]] | None = None
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(self))  # type: ignore[arg-type]
 
@@ -300,6 +302,19 @@ class _Collector:
             "(web_search without a search backend).",
             ["type"],
             m.tools_ignored,
+        )
+        drafts = m.drafts() if m.drafts is not None else {}
+        yield _counter(
+            "oars_draft_tokens",
+            "Tokens drafted from the context and verified (speculative decoding).",
+            ["model"],
+            {labels: drafted for labels, (drafted, _) in drafts.items()},
+        )
+        yield _counter(
+            "oars_draft_tokens_accepted",
+            "Drafted tokens the model's own samples confirmed: each saved a pass of its own.",
+            ["model"],
+            {labels: accepted for labels, (_, accepted) in drafts.items()},
         )
         running = GaugeMetricFamily(
             "oars_generations_running", "Generations producing tokens.", labels=["model"]

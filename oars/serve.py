@@ -244,10 +244,16 @@ def _embedder(settings: Settings, *, embedded: bool) -> Embedder | None:
 
 
 def observe(metrics: Metrics, engines: Mapping[str, Engine]) -> None:
-    """Let the gateway's engines report to `metrics`: each upstream reply, each replica's
-    health, and which replicas are in service."""
+    """Let the engines report to `metrics`: the embedded engine's drafts, and for the gateway
+    each upstream reply, each replica's health, and which replicas are in service."""
+    from oars.engines.llama import LlamaEngine
     from oars.engines.upstream import ReplicaSet, UpstreamEngine
 
+    metrics.drafts = lambda: {
+        (model,): engine.drafts
+        for model, engine in engines.items()
+        if isinstance(engine, LlamaEngine)
+    }
     for engine in engines.values():
         if isinstance(engine, UpstreamEngine):
             engine.observe = metrics.upstream_reply

@@ -76,12 +76,14 @@ class Capacity:
 @dataclass(frozen=True)
 class Feed:
     """Tokens of one sequence for one step, at positions `start`…; `output`: logits of the
-    last one are wanted."""
+    last one are wanted, and of each of the `drafted` before it (a draft being verified: the
+    last `drafted` tokens are the draft)."""
 
     seq: int
     tokens: Sequence[int]
     start: int
     output: bool
+    drafted: int = 0
 
 
 class Context(Protocol):
@@ -125,6 +127,10 @@ class Work(Protocol):
 
     def step(self, logits: np.ndarray) -> int | None:
         """Choose the next token from its logits; None when the generation has ended."""
+
+    def draft(self, crowded: bool) -> Sequence[int]:
+        """Tokens it expects after the one it chose last, to verify in the same pass (see
+        `oars/engines/speculation.py`); () for none. `crowded`: other sequences are running."""
 
     def fail(self, error: BaseException) -> None: ...
 
@@ -193,6 +199,7 @@ class Batcher:
         self._clock = 0
         self._prompt_turn = True
         self._last_pass_end = time.perf_counter()
+        self.drafted = self.accepted = 0  # draft tokens verified, and accepted
 
     # ---- what other threads see -----------------------------------------------------
 
@@ -223,7 +230,9 @@ class Batcher:
     # ---- one step -------------------------------------------------------------------
 
     def step(self) -> None:
-        """Admit what fits, feed one batch, sample each sequence that got logits."""
+        """Admit what fits, feed one batch, sample each sequence that got logits. A sequence
+        verifying a draft takes a pass of its own after the batch's: then its logits depend
+        on its own tokens only, never on what runs beside it."""
         self._clock += 1
         self._drop_cancelled()
         self._admit()
@@ -232,34 +241,51 @@ class Batcher:
             self._flush()
             return
         overlapped = self._start_overlap(owners, feeds)
-        self._flush()  # the loops run while the model computes
+        plain = [i for i, feed in enumerate(feeds) if not feed.drafted]
+        passes = [plain] * bool(plain) + [[i] for i, feed in enumerate(feeds) if feed.drafted]
+        for rows in passes:
+            group, holders = [feeds[i] for i in rows], [owners[i] for i in rows]
+            self._flush()  # the loops run while the model computes
+            decoded = self._decode(group, holders, overlapped)
+            overlapped = []
+            if decoded:
+                self._sample(group, holders)
+
+    def _decode(
+        self, feeds: list[Feed], owners: list[Slot], overlapped: list[Future[object]]
+    ) -> bool:
         began = time.perf_counter()
         try:
             self.context.decode(feeds)
         except EngineError as exc:
             for slot in owners:
                 self._fail(slot, exc)
-            return
+            return False
         finally:
             for done in overlapped:
                 done.result()
             self._account(feeds, began)
+        return True
+
+    def _sample(self, feeds: list[Feed], owners: list[Slot]) -> None:
         row = 0
         for feed, slot in zip(feeds, owners, strict=True):
             slot.tokens.extend(feed.tokens)
             slot.pending = None
             if not feed.output:
                 continue
-            logits = self.context.logits(row)
-            row += 1
-            if slot.work is None:  # failed while overlapping
+            first, row = row, row + 1 + feed.drafted
+            work = slot.work
+            if work is None:  # failed while overlapping
                 continue
-            prompt_done = len(slot.tokens) == len(slot.work.prompt)
+            prompt_done = len(slot.tokens) == len(work.prompt)
             try:
-                token = slot.work.step(logits)
+                token, accepted = self._verify(work, feed, first)
             except Exception as exc:
                 log.exception("sampling failed")
                 self._fail(slot, EngineError(f"generation failed: {exc}"))
+                continue
+            if accepted < feed.drafted and not self._cut(slot, feed, accepted):
                 continue
             if prompt_done:
                 self._keep_prefix(slot)
@@ -267,6 +293,29 @@ class Batcher:
                 self._release(slot)
             else:
                 slot.pending = token
+
+    def _verify(self, work: Work, feed: Feed, first: int) -> tuple[int | None, int]:
+        """Sample the fed rows in order while each sample is the draft's next token: the token
+        chosen last, and how many draft tokens it accepted."""
+        accepted = 0
+        while True:
+            token = work.step(self.context.logits(first + accepted))
+            if accepted == feed.drafted or token != feed.tokens[1 + accepted]:
+                break
+            accepted += 1
+        self.drafted += feed.drafted
+        self.accepted += accepted
+        return token, accepted
+
+    def _cut(self, slot: Slot, feed: Feed, accepted: int) -> bool:
+        """Drop the rejected draft tokens from the memory; False (the work failed) if it could
+        not."""
+        keep = feed.start + 1 + accepted
+        del slot.tokens[keep:]
+        if self.context.forget(slot.seq, keep):
+            return True
+        self._fail(slot, EngineError("generation failed: a draft could not be taken back"))
+        return False
 
     def _account(self, feeds: list[Feed], began: float) -> None:
         """One debug line a pass (`bench.lab.account` reads them): what it fed
@@ -310,9 +359,16 @@ class Batcher:
             return self._prompt_pass(prompts)
         self._prompt_turn = True
         tokens.sort(key=lambda slot: slot.seq)
-        feeds = [
-            Feed(s.seq, (s.pending,), len(s.tokens), True) for s in tokens if s.pending is not None
-        ]
+        crowded = len(self._admitted) > 1
+        feeds = []
+        for slot in tokens:
+            assert slot.work is not None and slot.pending is not None
+            try:
+                draft = tuple(slot.work.draft(crowded))
+            except Exception:  # a draft is an offer: the token goes on without one
+                log.exception("drafting failed")
+                draft = ()
+            feeds.append(Feed(slot.seq, (slot.pending, *draft), len(slot.tokens), True, len(draft)))
         return feeds, tokens
 
     def _prompt_pass(self, prompts: list[Slot]) -> tuple[list[Feed], list[Slot]]:

@@ -31,6 +31,7 @@ from oars.engines.handover import Handover, Inbox
 from oars.engines.llama_context import LlamaContext, LlamaLog
 from oars.engines.prefix_store import PrefixStore
 from oars.engines.sequence import Prepared, SequenceDecoder
+from oars.engines.speculation import MAX_DRAFT, PassCost
 from oars.errors import ContextLengthExceeded, EngineError, InvalidRequest
 from oars.families import Constraint, family_of
 from oars.families.detect import parameters
@@ -149,6 +150,7 @@ class LlamaEngine:
             n_vocab=self.n_vocab,
             flash_attn=flash_attn,
         )
+        self.speculation = self._pass_cost(context) if settings.speculation else None
         store = None
         if prefix_folder is not None and prefix_bytes > 0:
             key = self._fingerprint(path, n_ctx, flash_attn)
@@ -176,6 +178,26 @@ class LlamaEngine:
         stat = path.stat()
         key = f"{path.name}|{stat.st_size}|{self._llama_cpp.__version__}|{n_ctx}|fa={flash_attn}"
         return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+    def _pass_cost(self, context: LlamaContext) -> PassCost | None:
+        """The curve drafts are sized by, on this machine; None (no drafts) for a model whose
+        memory cannot drop a rejected draft."""
+        api, model = self._llama_cpp, self._model
+        if api.llama_model_is_recurrent(model) or api.llama_model_is_hybrid(model):
+            log.info("speculation: off (a recurrent model's memory cannot drop a draft)")
+            return None
+        cost = PassCost.measure(context, 0)
+        if cost is None:
+            log.info("speculation: off (this model's memory cannot drop a draft)")
+        else:
+            shown = ", ".join(f"{c:.2f}" for c in cost.relative)
+            log.info("speculation: a pass of 1-%d rows costs %s × one row", MAX_DRAFT + 1, shown)
+        return cost
+
+    @property
+    def drafts(self) -> tuple[int, int]:
+        """Draft tokens verified so far, and accepted."""
+        return self.batcher.drafted, self.batcher.accepted
 
     def _warm(self) -> None:
         _ = self.grammars.tokenizer

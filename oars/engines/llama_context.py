@@ -111,9 +111,10 @@ class LlamaContext:
                 batch.token[i], batch.pos[i] = token, feed.start + offset
                 batch.n_seq_id[i], batch.seq_id[i][0], batch.logits[i] = 1, feed.seq, 0
                 i += 1
-            if feed.output:
-                batch.logits[i - 1] = 1
-                outputs += 1
+            if feed.output:  # the last token's row, and each draft token's before it
+                for row in range(i - 1 - feed.drafted, i):
+                    batch.logits[row] = 1
+                outputs += 1 + feed.drafted
         batch.n_tokens = i
         self._rows = None
         status = self._api.llama_decode(self._ctx, batch)

@@ -20,6 +20,7 @@ from oars.engines.base import Opened
 from oars.engines.batching import Place
 from oars.engines.grammar import Grammars, TokenMask
 from oars.engines.sampler import log_softmax, penalize, sample, top_indices
+from oars.engines.speculation import Drafter, PassCost
 from oars.families import Plan
 from oars.generation import EngineChunk, FinishReason, TokenLogprob, TopLogprob, Usage
 from oars.parsing.holdback import split_holdback
@@ -55,6 +56,9 @@ class Model(Protocol):
 
     @property
     def llm(self) -> Any: ...  # llama-cpp-python's `Llama`: its tokenizer
+
+    @property
+    def speculation(self) -> PassCost | None: ...  # None: no drafts
 
     def banned_openings(self, prefixes: tuple[str, ...]) -> np.ndarray: ...
 
@@ -136,6 +140,7 @@ class SequenceDecoder:
         self.text = ""  # the output so far, for lazy constraints' triggers
         self.lazy: _Lazy | None = None
         self.mask: TokenMask | None = None
+        self.drafter: Drafter | None = None
 
     @property
     def cancelled(self) -> bool:
@@ -147,6 +152,8 @@ class SequenceDecoder:
         room = self.engine.n_ctx - len(self.prompt)
         self.budget = min(room, self.params.max_output_tokens or room)
         self.history = list(self.prompt[-_PENALTY_WINDOW:])
+        if (cost := self.engine.speculation) is not None:
+            self.drafter = Drafter(self.prompt, self.budget, cost)
         grammar, plan = self.prepared.grammar, self.prepared.plan
         constraint = plan.constraint if plan is not None else None
         if grammar is not None and constraint is not None and constraint.triggers:
@@ -160,6 +167,14 @@ class SequenceDecoder:
     def fail(self, error: BaseException) -> None:
         self.emit(error)
 
+    def draft(self, crowded: bool) -> tuple[int, ...]:
+        """A seeded sequence drafts whatever runs beside it, so that its text does not depend
+        on the load; another steps back while other sequences run (on two cores a pass is
+        compute-bound, and a rejected row there slows every stream)."""
+        if self.drafter is None or (crowded and self.params.seed is None):
+            return ()
+        return self.drafter.draft(self.budget - self.produced)
+
     def step(self, logits: np.ndarray) -> int | None:
         engine = self.engine
         lps = log_softmax(logits) if self.top_logprobs is not None else None
@@ -171,6 +186,8 @@ class SequenceDecoder:
         token = sample(logits, self.params, self.rng)
         self.produced += 1
         self.history.append(token)
+        if self.drafter is not None:
+            self.drafter.add(token)
         if engine.is_end(token):
             self._finish(FinishReason.STOP, engine.marker_text(token))
             return None

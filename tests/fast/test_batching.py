@@ -41,10 +41,11 @@ class FakeContext:
             held = self.memory[feed.seq]
             assert feed.start == len(held), "fed at a position the memory does not follow"
             held.extend(feed.tokens)
-            if feed.output:
-                logits = np.zeros(VOCAB, dtype=np.float32)
-                logits[(sum(held) * 7 + len(held)) % VOCAB] = 1.0
-                self._outputs.append(logits)
+            if feed.output:  # a row for the last token and each draft token before it
+                for end in range(len(held) - feed.drafted, len(held) + 1):
+                    logits = np.zeros(VOCAB, dtype=np.float32)
+                    logits[(sum(held[:end]) * 7 + end) % VOCAB] = 1.0
+                    self._outputs.append(logits)
 
     def logits(self, index: int) -> np.ndarray:
         return self._outputs[index].copy()
@@ -102,11 +103,14 @@ class FakeWork:
         self.output.append(int(np.argmax(logits)))
         return None if self.done else self.output[-1]
 
+    def draft(self, crowded: bool) -> tuple[int, ...]:
+        return ()
+
     def fail(self, error: BaseException) -> None:
         self.errors.append(error)
 
 
-def run(batcher: Batcher, works: list[FakeWork], limit: int = 500) -> None:
+def run(batcher: Batcher, works: Sequence[FakeWork], limit: int = 500) -> None:
     """Submit the works not yet submitted, and step until all have ended."""
     for work in works:
         if not work.submitted:

@@ -31,6 +31,7 @@ class FakeEngine:
     info: ModelInfo = field(default_factory=lambda: ModelInfo("fake", 4096))
     n_ctx: int = 4096
     grammars: None = None
+    speculation: None = None
 
     def is_end(self, token: int) -> bool:
         return token in (EOS, CALL_END)

@@ -1,0 +1,165 @@
+"""Speculative decoding without a model: what a sequence drafts and when (`Drafter`, the pass-cost
+curve), and the batcher verifying drafts on a fake context, where a rejected draft must leave
+the memory exactly as if it had never been fed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from oars.engines.batching import Batcher
+from oars.engines.speculation import MAX_DRAFT, Drafter, PassCost
+from tests.fast.test_batching import VOCAB, FakeContext, FakeWork, prompt, run
+
+FLAT = PassCost((1.0,) * (MAX_DRAFT + 1))  # a GPU's: extra rows cost nothing
+# two CPU cores' (bench.lab.speculation): 2 rows 1.70× one row, 8 rows 4.48×
+CPU = PassCost((1.0, 1.70, 2.69, 2.43, 3.34, 3.02, 4.17, 4.48))
+
+
+def drafter(tokens: list[int], cost: PassCost = FLAT) -> Drafter:
+    return Drafter(tokens, 1000, cost)
+
+
+def test_a_draft_is_what_followed_the_most_recent_match_of_the_last_three_tokens() -> None:
+    tokens = [1, 2, 3, 4, 5, 6, 9, 1, 2, 3, 7, 8, 9, 40, 1, 2, 3]
+    assert drafter(tokens).draft(4) == (7, 8, 9, 40)
+    assert drafter(tokens).draft(2) == (7, 8)
+    # a match of two tokens is not one: chat drafted on nearly every pass with short keys
+    assert drafter([1, 2, 3, 4, 5, 2, 3]).draft(4) == ()
+    assert drafter([5, 6, 7, 8]).draft(4) == ()
+
+
+def test_a_draft_follows_its_source_while_the_sequence_copies_it() -> None:
+    tokens = [1, 2, 3, 4, 5, 6, 7, 8, 20, 5, 6, 7, 30, 21, 1, 2, 3]
+    d = drafter(tokens)
+    assert d.draft(3) == (4, 5, 6)
+    for token in (4, 5, 6, 7):  # the draft accepted, and the token after it is the source's
+        d.add(token)
+    # the source goes on with 8; a fresh match of (5, 6, 7) would have said 30
+    assert d.draft(3) == (8, 20, 5)
+    for token in (8, 99):  # a miss: back to matching the last tokens
+        d.add(token)
+    assert d.draft(3) == ()  # (8, 99) and what precedes them were never seen
+
+
+def verify(d: Drafter, truth: list[int]) -> tuple[int, int]:
+    """`truth` sampled by a sequence drafting as the batcher drafts: a draft each pass, its
+    tokens kept up to the first that differs from the truth, and the truth's next token. How
+    many drafts were made, and how many missed."""
+    drafts = misses = at = 0
+    while at < len(truth):
+        draft = d.draft(MAX_DRAFT)
+        n = 0
+        while n < len(draft) and at + n < len(truth) and draft[n] == truth[at + n]:
+            n += 1
+        drafts += bool(draft)
+        misses += n < len(draft)
+        for token in truth[at : at + n + 1]:
+            d.add(token)
+        at += n + 1
+    return drafts, misses
+
+
+def test_drafts_stop_when_they_miss_and_come_back_later() -> None:
+    d = drafter([10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 10, 11, 12], CPU)
+    # at the prior's 4 to 1, three tokens pay best on 2 cores (4 rows cost less than 3)
+    assert d.draft(MAX_DRAFT) == (13, 14, 15)
+    d.add(50)  # the sequence sampled another token at once: a missed draft
+    assert verify(d, [*range(100, 110), 10, 11, 12]) == (0, 0)  # a match, but it would not pay
+    assert d.draft(MAX_DRAFT) == ()
+    verify(d, [*range(200, 230), 10, 11, 12])
+    assert d.draft(MAX_DRAFT) == (200, 201, 202)  # the miss has faded; the latest match
+
+
+def test_a_long_copy_that_ends_stops_drafting_within_five_misses() -> None:
+    body = list(range(100, 160))
+    d = drafter([*body, 1, *body[:3]], CPU)
+    drafts, misses = verify(d, body[3:])  # copied whole
+    assert misses == 0 and drafts < len(body) / 3
+    assert d.acceptance > 0.9
+    # then new text, where the last tokens always match the copy's start but nothing follows
+    truth = [t for j in range(10) for t in (500 + j, 1500 + j, 2500 + j, 100, 101, 102)]
+    drafts, misses = verify(d, truth)
+    assert 0 < misses == drafts <= 5, drafts
+
+
+def test_the_draft_length_is_what_pays_on_the_measured_curve() -> None:
+    assert FLAT.best_draft(0.9, MAX_DRAFT) == MAX_DRAFT
+    assert FLAT.best_draft(0.9, 3) == 3
+    assert FLAT.best_draft(0.0, MAX_DRAFT) == 0
+    linear = PassCost(tuple(float(k) for k in range(1, MAX_DRAFT + 2)))  # no gain from rows
+    assert linear.best_draft(0.99, MAX_DRAFT) == 0
+    assert CPU.best_draft(0.6, MAX_DRAFT) == 0
+    assert CPU.best_draft(0.9, MAX_DRAFT) in (3, 5)  # even rows: odd ones cost more on 2 cores
+    assert CPU.best_draft(0.9, 0) == 0
+
+
+def test_the_curve_is_measured_on_the_context_and_leaves_it_empty() -> None:
+    context = FakeContext(2)
+    cost = PassCost.measure(context, 1)
+    assert cost is not None and len(cost.relative) == MAX_DRAFT + 1 and cost.relative[0] == 1.0
+    assert context.memory == [[], []]
+    fed = [len(f.tokens) for p in context.passes for f in p if f.output]
+    assert sorted(set(fed)) == list(range(1, MAX_DRAFT + 2))
+    # a memory that cannot drop a suffix (a recurrent model's) gets no speculation
+    assert PassCost.measure(FakeContext(2, cut=False), 0) is None
+
+
+def _next(history: list[int]) -> int:
+    """The fake context's next token after `history` (see `FakeContext.decode`)."""
+    return (sum(history) * 7 + len(history)) % VOCAB
+
+
+@dataclass(eq=False)
+class Drafting(FakeWork):
+    """A work that drafts the fake model's true continuation, with every `wrong`-th draft
+    token changed."""
+
+    wrong: int = 3
+    drafts: int = 0
+
+    def draft(self, crowded: bool) -> tuple[int, ...]:
+        history = [*self.prompt, *self.output]
+        out = []
+        for _ in range(4):
+            token = _next(history)
+            self.drafts += 1
+            if self.drafts % self.wrong == 0:
+                token = (token + 1) % VOCAB
+            out.append(token)
+            history.append(token)
+        return tuple(out)
+
+
+def test_verified_drafts_give_the_same_tokens_in_fewer_passes() -> None:
+    prompts = [prompt(i, 12 + 5 * i) for i in range(3)]
+    plain = [FakeWork(p, length=30) for p in prompts]
+    context = FakeContext(4)
+    run(Batcher(context, 4), plain)
+    drafting = [Drafting(p, length=30, wrong=3 + i) for i, p in enumerate(prompts)]
+    spec_context = FakeContext(4)
+    batcher = Batcher(spec_context, 4)
+    run(batcher, drafting)
+    assert [w.output for w in drafting] == [w.output for w in plain]
+    for seq in range(3):  # each sequence took fewer passes
+        took = [
+            sum(any(f.seq == seq for f in fed) for fed in c.passes) for c in (context, spec_context)
+        ]
+        assert took[1] < took[0], took
+    assert 0 < batcher.accepted < batcher.drafted
+    # each verifying sequence had a pass of its own; the memory holds exactly what was accepted
+    for fed in spec_context.passes:
+        assert all(f.drafted == 0 for f in fed) or len(fed) == 1
+    for work in drafting:
+        assert [*work.prompt, *work.output[:-1]] in spec_context.memory
+
+
+def test_a_draft_past_the_end_of_a_generation_is_taken_back() -> None:
+    work = Drafting(prompt(7, 20), length=7, wrong=1000)
+    context = FakeContext(1)
+    batcher = Batcher(context, 1)
+    run(batcher, [work])
+    plain = FakeWork(work.prompt, length=7)
+    run(Batcher(FakeContext(1), 1), [plain])
+    assert work.output == plain.output
+    assert context.memory[0] == [*work.prompt, *work.output[:-1]]
+    assert batcher.accepted < batcher.drafted  # the second draft ran on past the seventh token
