@@ -5,6 +5,7 @@ compared, which each renders with the GGUF's own chat template."""
 from __future__ import annotations
 
 import random
+from typing import Any
 
 Chat = list[dict[str, str]]
 COUNT = "Count from 1 to 300, separated by commas, and nothing else."
@@ -75,3 +76,124 @@ def conversation(seed: str) -> Chat:
             {"role": "user", "content": f"Turn {n + 2}: {filler(rng, 60)}"},
         ]
     return turns
+
+
+# --- an agent's work: edits, a rewrite, a call repeating paths (speculation) ------------------
+
+NOUNS = (
+    "order",
+    "invoice",
+    "customer",
+    "shipment",
+    "refund",
+    "coupon",
+    "ledger",
+    "parcel",
+    "vendor",
+)
+FIELDS = ("amount", "note", "region", "created", "status", "weight", "currency", "owner")
+
+
+RECORD = """@dataclass
+class {cls}:
+    {noun}_id: int
+    {a}: str
+    {b}: str
+
+
+def parse_{noun}(row: list[str]) -> {cls}:
+    \"\"\"One {noun} from a CSV row of the {noun}s export.\"\"\"
+    {noun}_id = int(row[0])
+    {a} = row[{ia}]
+    {b} = row[{ib}].lower()
+    if not {a}:
+        raise ValueError(f"{noun} {{{noun}_id}} has no {a}")
+    return {cls}({noun}_id, {a}, {b})
+"""
+LOADER = """def load_{noun}s(folder: Path) -> list[list[str]]:
+    \"\"\"Every {noun} row in `folder`, from {noun}s.csv.\"\"\"
+    rows = load_rows(folder / "{noun}s.csv")
+    return [row for row in rows if row and row[0] != "#"]
+"""
+
+
+def records_module() -> str:
+    """~150 lines: a dataclass and a parser for each noun."""
+    parts = [
+        '"""The shop\'s records, parsed from CSV exports."""\n\nfrom dataclasses import dataclass\n'
+    ]
+    for i, noun in enumerate(NOUNS):
+        a, b = FIELDS[i % len(FIELDS)], FIELDS[(i + 3) % len(FIELDS)]
+        parts.append(
+            RECORD.format(cls=noun.title(), noun=noun, a=a, b=b, ia=1 + i % 2, ib=2 - i % 2)
+        )
+    return "\n\n".join(parts)
+
+
+def loaders_module() -> str:
+    """~60 lines, `load_rows` used by every loader (the name to rename)."""
+    head = (
+        '"""Loaders of the shop\'s CSV exports."""\n\nimport csv\nfrom pathlib import Path\n\n\n'
+        "def load_rows(path: Path) -> list[list[str]]:\n"
+        '    """The rows of a CSV file, its header left out."""\n'
+        '    with path.open(newline="") as f:\n        return list(csv.reader(f))[1:]\n'
+    )
+    loaders = [LOADER.format(noun=noun) for noun in NOUNS[:7]]
+    calls = "".join(f'        "{noun}": load_{noun}s(folder),\n' for noun in NOUNS[:7])
+    tail = (
+        f"def load_all(folder: Path) -> dict[str, list[list[str]]]:\n    return {{\n{calls}    }}\n"
+    )
+    return "\n\n".join([head, *loaders, tail])
+
+
+def file_listing() -> str:
+    paths = [f"src/shop/{n}/{part}.py" for n in NOUNS for part in ("models", "service", "views")]
+    return "\n".join(paths + [f"checks/{n}/test_{n}_service.py" for n in NOUNS])
+
+
+PATHS = {
+    "type": "object",
+    "properties": {"paths": {"type": "array", "items": {"type": "string"}}},
+    "required": ["paths"],
+}
+READ_FILES = {"type": "function", "function": {"name": "read_files", "parameters": PATHS}}
+
+PATCH_HEAD = "*** Begin Patch\n*** Update File: shop/records.py\n"
+EXAMPLE_PATCH = (
+    PATCH_HEAD + "@@ def parse_coupon(row: list[str]) -> Coupon:\n"
+    '     """One coupon from a CSV row of the coupons export."""\n     coupon_id = int(row[0])\n'
+    "-    weight = row[2]\n+    weight = row[2].strip()\n*** End Patch"
+)
+
+def edit(noun: str) -> str:
+    """An apply_patch edit of the `parse_{noun}` function of `records_module()`."""
+    return (
+        f"Here is shop/records.py:\n\n```python\n{records_module()}```\n\nIn parse_{noun}, "
+        f"strip whitespace from every field it reads, and raise ValueError when {noun}_id is "
+        "negative. Reply with only the patch, in the format of this example (another change, to "
+        f"another function):\n\n{EXAMPLE_PATCH}"
+    )
+
+
+# (the user's message, the tools offered, the reply's opening: what a grammar would force of it)
+WORKLOADS: dict[str, tuple[str, list[dict[str, Any]], str]] = {
+    "patch": (
+        edit("refund"),
+        [],
+        PATCH_HEAD + "@@ def parse_refund(row: list[str]) -> Refund:\n",
+    ),
+    "rewrite": (
+        "Here is shop/loaders.py:\n\n```python\n" + loaders_module() + "```\n\nRename the "
+        "function load_rows to read_rows everywhere. Reply with the complete new file, every "
+        "line of it, unchanged except for the rename.",
+        [],
+        "```python\n",
+    ),
+    "tool call": (
+        "`find src tests -name '*.py'` gave:\n\n" + file_listing() + "\n\nRead the service "
+        "modules of refund and ledger and their tests.",
+        [READ_FILES],
+        '<tool_call>\n{"name": "read_files", "arguments": {"paths": ["',
+    ),
+    "chat": ("In a short paragraph: why does a Python dict lookup take constant time?", [], ""),
+}

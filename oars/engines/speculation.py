@@ -44,7 +44,7 @@ _RECORD = 8.0
 _FADE = 0.98
 _GAIN = 1.05  # a longer draft must promise this much more a unit of cost (noise in the curve)
 _PROBE_PROMPT = 64  # tokens in the memory while the curve is measured
-_PROBE_REPS = 2
+_PROBE_REPS = 3
 
 
 @dataclass(frozen=True)

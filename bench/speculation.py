@@ -1,0 +1,132 @@
+"""Speculative decoding from the context (issue 50): oars as it ships against llama-server as it
+ships and llama-server with its own n-gram speculation on, on an agent's work.
+
+    make llama-server     # once
+    .venv/bin/python -m bench.speculation [--reps 3] [--tokens 200]
+
+Four servers live for the whole run, on the default model with the same threads, but only one
+is driven at a time, the order rotating rep by rep: oars as it ships (`--speculation auto`), oars
+`--speculation off`, llama-server as it ships (speculation off), and llama-server
+`--spec-default` (its n-gram drafts). Each gets the same messages (each renders them with the
+GGUF's template), greedy, streamed; oars is asked `POST /v1/responses`, llama-server `POST
+/v1/chat/completions`. The workloads (`bench.prompts`):
+
+- patch: an apply_patch edit of one function of a ~150-line file given in the prompt;
+- rewrite: a ~60-line file given whole again with one function renamed;
+- tool call: a call naming paths from a 36-path listing, as JSON text;
+- chat: a short explanation;
+- 4 edit streams: four patches of four functions of that file at once (aggregate tok/s).
+
+Every figure is decode tok/s (output tokens after the first over the time from the first text
+delta to the last; for 4 streams, all their tokens over the wall time), the median of the reps,
+and the ratio oars / the reference with the range of the reps' own ratios. The prompts are the
+same every rep, so after the first each server evaluates only what its cache lacks: the figures
+are decode. oars's own drafts (from its `/metrics`) are reported per workload, summed over reps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import tempfile
+from pathlib import Path
+
+import httpx
+
+from bench.clients import RESPONSES, Endpoint, Stream, aggregate
+from bench.prompts import WORKLOADS, Chat, edit
+from bench.servers import Row, alternate, table
+from bench.vs_llama_server import LLAMA_SERVER, Setup
+
+SYSTEM = {"role": "system", "content": "You are a careful coding assistant."}
+CALL = ' Reply with only the call, as JSON: {"name": "read_files", "arguments": {"paths": [...]}}'
+EDITED = ("order", "invoice", "refund", "ledger")  # the functions of the 4 edit streams
+
+
+def chats() -> dict[str, list[Chat]]:
+    """Each workload's chats (one, or four at once)."""
+    one = {
+        "patch": WORKLOADS["patch"][0],
+        "rewrite": WORKLOADS["rewrite"][0],
+        "tool call": WORKLOADS["tool call"][0] + CALL,
+        "chat": WORKLOADS["chat"][0],
+    }
+    out = {name: [[SYSTEM, {"role": "user", "content": text}]] for name, text in one.items()}
+    out["4 edit streams"] = [[SYSTEM, {"role": "user", "content": edit(n)}] for n in EDITED]
+    return out
+
+
+def drafts(endpoint: Endpoint) -> tuple[float, float]:
+    """oars's draft tokens verified and accepted so far (nothing for another server)."""
+    if endpoint.dialect is not RESPONSES:
+        return 0.0, 0.0
+    text = httpx.get(f"{endpoint.server.base}/metrics", timeout=10).text
+    found = dict(re.findall(r"^(oars_draft_tokens\w*)_total\{[^}]*\} (\S+)$", text, re.M))
+    drafted, accepted = (found.get(f"oars_draft_tokens{k}", "0") for k in ("", "_accepted"))
+    return float(drafted), float(accepted)
+
+
+def figure(streams: list[Stream]) -> float:
+    return streams[0].decode_tps if len(streams) == 1 else aggregate(streams)
+
+
+def main() -> None:
+    options = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    options.add_argument("--reps", type=int, default=3)
+    options.add_argument("--tokens", type=int, default=200, help="output tokens at most")
+    options.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    args = options.parse_args()
+    if not LLAMA_SERVER.exists():
+        raise SystemExit(f"{LLAMA_SERVER} is missing: run `make llama-server` first")
+    from oars.weights import pull
+
+    work = chats()
+    with tempfile.TemporaryDirectory(prefix="oars-speculation-") as tmp:
+        home = Path(tmp)
+        same = {"model": pull(), "ctx": 4096, "threads": args.threads}
+        oars, *llama = Setup(home=home, llama_args=("", "--spec-default"), **same).endpoints()
+        (home / "off").mkdir()
+        off = Setup(home=home / "off", oars_args="--speculation off", **same)
+        oars_off = off.endpoints()[0]
+        oars_off.server.name = "oars --speculation off"
+        endpoints = (oars, oars_off, *llama)
+        counted: dict[str, list[float]] = {name: [0.0, 0.0] for name in work}
+
+        def rep(endpoint: Endpoint, n: int) -> dict[str, float]:
+            out = {}
+            for name, chat_list in work.items():
+                before = drafts(endpoint)
+                out[name] = figure(endpoint.many(chat_list, args.tokens))
+                if endpoint is oars:
+                    after = drafts(endpoint)
+                    counted[name][0] += after[0] - before[0]
+                    counted[name][1] += after[1] - before[1]
+            return out
+
+        for endpoint in endpoints:
+            endpoint.server.start()
+        try:
+            for endpoint in endpoints:  # a first request of each kind, before any is timed
+                endpoint.many([[SYSTEM, {"role": "user", "content": "Say hello."}]], 4)
+            results = alternate(endpoints, args.reps, rep)
+        finally:
+            for endpoint in endpoints:
+                endpoint.server.stop()
+    rows = []
+    for reference, theirs in zip(endpoints[1:], results[1:], strict=True):
+        for name in work:
+            ours = [r[name] for r in results[0]]
+            row = Row.of(f"{name}: tok/s", ours, [r[name] for r in theirs], "", 1)
+            row.against = reference.name
+            rows.append(row)
+    print(f"oars (defaults) against each reference, median of {args.reps} alternating reps\n")
+    print(table(rows, "reference"))
+    accepted = (f"{name} {int(a)}/{int(d)}" for name, (d, a) in counted.items())
+    print("\noars's drafts accepted, all reps: " + ", ".join(accepted))
+
+
+if __name__ == "__main__":
+    main()
