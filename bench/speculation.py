@@ -19,9 +19,10 @@ GGUF's template), greedy, streamed; oars is asked `POST /v1/responses`, llama-se
 
 Every figure is decode tok/s (output tokens after the first over the time from the first text
 delta to the last; for 4 streams, all their tokens over the wall time), the median of the reps,
-and the ratio oars / the reference with the range of the reps' own ratios. The prompts are the
-same every rep, so after the first each server evaluates only what its cache lacks: the figures
-are decode. oars's own drafts (from its `/metrics`) are reported per workload, summed over reps.
+and the ratio oars / the reference with the range of the reps' own ratios. Each rep asks
+anew (another function to edit or name, other modules, another question), so no server replays
+an earlier reply of its own (llama-server's n-gram drafts are shared across requests), while
+each prompt shares the file with the rep before: the figures are decode. oars's own drafts (from its `/metrics`) are reported per workload, summed over reps.
 """
 
 from __future__ import annotations
@@ -35,25 +36,40 @@ from pathlib import Path
 import httpx
 
 from bench.clients import RESPONSES, Endpoint, Stream, aggregate
-from bench.prompts import WORKLOADS, Chat, edit
+from bench.prompts import EXAMPLE_PATCH, NOUNS, WORKLOADS, Chat, edit
 from bench.servers import Row, alternate, table
 from bench.vs_llama_server import LLAMA_SERVER, Setup
 
 SYSTEM = {"role": "system", "content": "You are a careful coding assistant."}
 CALL = ' Reply with only the call, as JSON: {"name": "read_files", "arguments": {"paths": [...]}}'
-EDITED = ("order", "invoice", "refund", "ledger")  # the functions of the 4 edit streams
+EDITABLE = [noun for noun in NOUNS if noun not in EXAMPLE_PATCH]  # not the example's function
+NAMES = ("read_rows", "fetch_rows", "csv_rows", "rows_in", "parse_rows", "table_rows")
+QUESTIONS = (
+    "why does a Python dict lookup take constant time?",
+    "what does a Python generator do that a list does not?",
+    "why are Python strings immutable?",
+    "what is the difference between a process and a thread?",
+    "why does a hash table need a good hash function?",
+    "what does a database index make faster, and what slower?",
+)
 
 
-def chats() -> dict[str, list[Chat]]:
-    """Each workload's chats (one, or four at once)."""
+def chats(rep: int) -> dict[str, list[Chat]]:
+    """Each workload's chats (one, or four at once) for rep `rep`: new each rep (another
+    function to edit or name, other modules to read, another question), so that no server
+    drafts a reply from its own earlier one."""
+    pick = [EDITABLE[(rep + i) % len(EDITABLE)] for i in range(6)]
     one = {
-        "patch": WORKLOADS["patch"][0],
-        "rewrite": WORKLOADS["rewrite"][0],
-        "tool call": WORKLOADS["tool call"][0] + CALL,
-        "chat": WORKLOADS["chat"][0],
+        "patch": edit(pick[0]),
+        "rewrite": WORKLOADS["rewrite"][0].replace("read_rows", NAMES[rep % len(NAMES)]),
+        "tool call": WORKLOADS["tool call"][0].replace(
+            "of refund and ledger", f"of {pick[0]} and {pick[1]}"
+        )
+        + CALL,
+        "chat": f"In a short paragraph: {QUESTIONS[rep % len(QUESTIONS)]}",
     }
     out = {name: [[SYSTEM, {"role": "user", "content": text}]] for name, text in one.items()}
-    out["4 edit streams"] = [[SYSTEM, {"role": "user", "content": edit(n)}] for n in EDITED]
+    out["4 edit streams"] = [[SYSTEM, {"role": "user", "content": edit(n)}] for n in pick[2:]]
     return out
 
 
@@ -83,7 +99,7 @@ def main() -> None:
         raise SystemExit(f"{LLAMA_SERVER} is missing: run `make llama-server` first")
     from oars.weights import pull
 
-    work = chats()
+    names = list(chats(0))
     with tempfile.TemporaryDirectory(prefix="oars-speculation-") as tmp:
         home = Path(tmp)
         same = {"model": pull(), "ctx": 4096, "threads": args.threads}
@@ -93,11 +109,11 @@ def main() -> None:
         oars_off = off.endpoints()[0]
         oars_off.server.name = "oars --speculation off"
         endpoints = (oars, oars_off, *llama)
-        counted: dict[str, list[float]] = {name: [0.0, 0.0] for name in work}
+        counted: dict[str, list[float]] = {name: [0.0, 0.0] for name in names}
 
         def rep(endpoint: Endpoint, n: int) -> dict[str, float]:
             out = {}
-            for name, chat_list in work.items():
+            for name, chat_list in chats(n).items():
                 before = drafts(endpoint)
                 out[name] = figure(endpoint.many(chat_list, args.tokens))
                 if endpoint is oars:
@@ -117,7 +133,7 @@ def main() -> None:
                 endpoint.server.stop()
     rows = []
     for reference, theirs in zip(endpoints[1:], results[1:], strict=True):
-        for name in work:
+        for name in names:
             ours = [r[name] for r in results[0]]
             row = Row.of(f"{name}: tok/s", ours, [r[name] for r in theirs], "", 1)
             row.against = reference.name

@@ -3,7 +3,9 @@
 A `Batcher` owns a model context that holds `parallel` sequences (slots). Each step it feeds the
 context one pass: the last sampled token of every running sequence, or one chunk of a waiting
 prompt (the two take turns, so a long prompt pauses running streams one chunk at a time).
-Requests join between steps and leave when they end or are cancelled.
+Requests join between steps and leave when they end or are cancelled. A running sequence may
+offer a draft of the tokens it expects next (`oars/engines/speculation.py`): that sequence then
+gets a pass of its own in the step, its token and the draft as rows, and keeps what it accepts.
 
 A slot keeps its sequence's tokens in the context after the request ends, so the next request
 goes to the free slot sharing the longest prefix with its prompt and evaluates only the rest.

@@ -34,15 +34,17 @@ log = logging.getLogger("oars.engine")
 KEY = 3  # tokens a match must share (shorter keys drafted on nearly every pass of chat)
 MAX_DRAFT = 7  # 8 rows a pass: llama.cpp's K-quant kernels change at 8 rows (`KERNEL_ROWS`)
 # A sequence's acceptance is taken as accepted tokens over accepted tokens and missed drafts
-# (a draft ends at its first miss), counted from this prior: 4 to 1 before it has drafted. On
-# the two-core box that drafts 5 tokens at once, and a missed first draft stops it.
-_PRIOR_HITS, _PRIOR_MISSES = 4.0, 1.0
+# (a draft ends at its first miss), counted from this prior: 3 to 1 before it has drafted. On
+# the two-core box that drafts 3 tokens where 6 tokens match, none where only the key does,
+# and a missed first draft stops it.
+_PRIOR_HITS, _PRIOR_MISSES = 3.0, 1.0
 # Its own record weighs at most this many (so a copy that ends stops drafting within a few
 # misses, however long it ran) and fades by `_FADE` a token (so a sequence that stopped tries
-# again some 25 tokens later on that box).
+# again some 60 tokens later on that box).
 _RECORD = 8.0
 _FADE = 0.98
 _GAIN = 1.05  # a longer draft must promise this much more a unit of cost (noise in the curve)
+_RUN = MAX_DRAFT + KEY - 1  # a run this long allows the longest draft
 _PROBE_PROMPT = 64  # tokens in the memory while the curve is measured
 _PROBE_REPS = 3
 
@@ -121,18 +123,32 @@ class Drafter:
         return hits / (hits + misses)
 
     def draft(self, limit: int) -> tuple[int, ...]:
-        """The tokens expected after the last one added, at most `limit`; () for none."""
+        """The tokens expected after the last one added, at most `limit`; () for none. A
+        draft is no longer than the run of tokens its source shares with the sequence's end,
+        less `KEY - 1`: a match of just the key (a phrase that recurs in any text) drafts one
+        token, which pays only where extra rows are nearly free; a sequence copying for a while
+        drafts as many as pay."""
         self._settle()
-        drafted = self._cost.best_draft(self.acceptance, limit)
-        if drafted == 0:
+        if self._cost.best_draft(self.acceptance, limit) == 0:
             self._source = None
             return ()
         source = self._source if self._source is not None else self._find()
         if source is None:
             return ()
+        run = self._run(source)
+        drafted = self._cost.best_draft(self.acceptance, min(limit, run - KEY + 1))
+        if drafted == 0:
+            return ()
         tokens = self._tokens[source : min(source + drafted, self._n)]
         self._source, self._draft, self._drafted_at = source, len(tokens), self._n
         return tuple(int(t) for t in tokens)
+
+    def _run(self, source: int) -> int:
+        """How many tokens before `source` equal the sequence's last ones (up to `_RUN`)."""
+        t, n, run = self._tokens, self._n, 0
+        while run < min(_RUN, source) and t[source - 1 - run] == t[n - 1 - run]:
+            run += 1
+        return run
 
     def _settle(self) -> None:
         """Learn from the last draft what the sequence sampled after it, and fade the record."""
