@@ -165,6 +165,7 @@ EXAMPLE_PATCH = (
     "-    weight = row[2]\n+    weight = row[2].strip()\n*** End Patch"
 )
 
+
 def edit(noun: str) -> str:
     """An apply_patch edit of the `parse_{noun}` function of `records_module()`."""
     return (

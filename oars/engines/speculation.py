@@ -34,19 +34,19 @@ log = logging.getLogger("oars.engine")
 KEY = 3  # tokens a match must share (shorter keys drafted on nearly every pass of chat)
 MAX_DRAFT = 7  # 8 rows a pass: llama.cpp's K-quant kernels change at 8 rows (`KERNEL_ROWS`)
 # A sequence's acceptance is taken as accepted tokens over accepted tokens and missed drafts
-# (a draft ends at its first miss), counted from this prior: 3 to 1 before it has drafted. On
-# the two-core box that drafts 3 tokens where 6 tokens match, none where only the key does,
-# and a missed first draft stops it.
-_PRIOR_HITS, _PRIOR_MISSES = 3.0, 1.0
+# (a draft ends at its first miss), counted from this prior: 4 to 1 before it has drafted. On
+# the two-core box that drafts 3 tokens where 6 tokens match (4 rows cost 2.4-2.9 one row),
+# none where only the key does (2 rows cost 1.65-2.15: a lone token pays only at 90 %), and a missed first draft stops it.
+_PRIOR_HITS, _PRIOR_MISSES = 4.0, 1.0
 # Its own record weighs at most this many (so a copy that ends stops drafting within a few
 # misses, however long it ran) and fades by `_FADE` a token (so a sequence that stopped tries
-# again some 60 tokens later on that box).
+# again some 50 tokens later on that box).
 _RECORD = 8.0
 _FADE = 0.98
-_GAIN = 1.05  # a longer draft must promise this much more a unit of cost (noise in the curve)
+_GAIN = 1.1  # what a draft must promise a unit of cost against none (the curve is noisy)
 _RUN = MAX_DRAFT + KEY - 1  # a run this long allows the longest draft
 _PROBE_PROMPT = 64  # tokens in the memory while the curve is measured
-_PROBE_REPS = 3
+_PROBE_REPS = 2
 
 
 @dataclass(frozen=True)
@@ -59,14 +59,14 @@ class PassCost:
     def best_draft(self, acceptance: float, limit: int) -> int:
         """The draft length that yields the most tokens a unit of pass cost when each drafted
         token is accepted with probability `acceptance` (given the ones before it were): 0
-        when no draft beats a pass of one row."""
-        best, value = 0, 1.0
+        when none yields `_GAIN` times a pass of one row."""
+        best, value = 0, _GAIN
         expected = term = 1.0
         for drafted in range(1, min(limit, len(self.relative) - 1) + 1):
             term *= acceptance
             expected += term
             gain = expected / self.relative[drafted]
-            if gain > value * _GAIN:
+            if gain > value:
                 best, value = drafted, gain
         return best
 

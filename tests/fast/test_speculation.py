@@ -98,13 +98,13 @@ def verify(d: Drafter, truth: list[int]) -> tuple[int, int]:
 
 def test_drafts_stop_when_they_miss_and_come_back_later() -> None:
     d = drafter([7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 7, 8, 9, 10, 11, 12], CPU)
-    # at the prior's 3 to 1, three tokens pay best on 2 cores (4 rows cost less than 3)
+    # at the prior's 4 to 1, three tokens pay best on 2 cores (4 rows cost less than 3)
     assert d.draft(MAX_DRAFT) == (13, 14, 15)
     d.add(50)  # the sequence sampled another token at once: a missed draft
     again = [7, 8, 9, 10, 11, 12]
     assert verify(d, [*range(100, 110), *again]) == (0, 0)  # a match, but it would not pay
     assert d.draft(MAX_DRAFT) == ()
-    # some 60 tokens on, the miss has faded: the copy of the latest match is drafted again
+    # some 50 tokens on, the miss has faded: the copy of the latest match is drafted again
     drafts, misses = verify(d, [*range(200, 260), *again, 200, 201, 202, 203])
     assert drafts > 0 and misses == 0
 
