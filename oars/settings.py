@@ -94,14 +94,15 @@ class EngineSettings:
         "long context, and a request's text then depends on what runs beside it",
         words=ON_OFF,
     )
-    speculation: bool = setting(
-        True,
+    speculation: bool | None = setting(
+        None,
         "--speculation",
         "draft tokens from the context (a match of the last tokens earlier in the prompt or "
-        "output) and verify them in the same pass; auto: as long as the engine's pass costs, "
-        "measured at startup, and each sequence's acceptance say it pays",
+        "output) and verify them in the same pass. auto: as far as the engine's pass costs, "
+        "measured at startup, and each sequence's acceptance say it pays; on: as if extra rows "
+        "cost nothing (a GPU's case), by acceptance alone",
         env="SPECULATION",
-        words={"auto": True, "off": False},
+        words=AUTO_ON_OFF,
     )
     tool_format: str | None = setting(
         None,

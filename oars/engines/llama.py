@@ -150,7 +150,11 @@ class LlamaEngine:
             n_vocab=self.n_vocab,
             flash_attn=flash_attn,
         )
-        self.speculation = self._pass_cost(context) if settings.speculation else None
+        self.speculation = (
+            None
+            if settings.speculation is False
+            else self._pass_cost(context, settings.speculation)
+        )
         store = None
         if prefix_folder is not None and prefix_bytes > 0:
             key = self._fingerprint(path, n_ctx, flash_attn)
@@ -179,14 +183,14 @@ class LlamaEngine:
         key = f"{path.name}|{stat.st_size}|{self._llama_cpp.__version__}|{n_ctx}|fa={flash_attn}"
         return hashlib.sha256(key.encode()).hexdigest()[:16]
 
-    def _pass_cost(self, context: LlamaContext) -> PassCost | None:
-        """The curve drafts are sized by, on this machine; None (no drafts) for a model whose
-        memory cannot drop a rejected draft."""
+    def _pass_cost(self, context: LlamaContext, free: bool | None) -> PassCost | None:
+        """The curve drafts are sized by: measured on this machine, or with `free` (on) flat;
+        None (no drafts) for a model whose memory cannot drop a rejected draft."""
         api, model = self._llama_cpp, self._model
         if api.llama_model_is_recurrent(model) or api.llama_model_is_hybrid(model):
             log.info("speculation: off (a recurrent model's memory cannot drop a draft)")
             return None
-        cost = PassCost.measure(context, 0)
+        cost = PassCost.flat() if free else PassCost.measure(context, 0)
         if cost is None:
             log.info("speculation: off (this model's memory cannot drop a draft)")
         else:

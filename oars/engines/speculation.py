@@ -34,16 +34,17 @@ log = logging.getLogger("oars.engine")
 KEY = 3  # tokens a match must share (shorter keys drafted on nearly every pass of chat)
 MAX_DRAFT = 7  # 8 rows a pass: llama.cpp's K-quant kernels change at 8 rows (`KERNEL_ROWS`)
 # A sequence's acceptance is taken as accepted tokens over accepted tokens and missed drafts
-# (a draft ends at its first miss), counted from this prior: 4 to 1 before it has drafted. On
-# the two-core box that drafts 3 tokens where 6 tokens match (4 rows cost 2.4-2.9 one row),
-# none where only the key does (2 rows cost 1.65-2.15: a lone token pays only at 90 %), and a missed first draft stops it.
-_PRIOR_HITS, _PRIOR_MISSES = 4.0, 1.0
+# (a draft ends at its first miss), counted from this prior: 6 to 1 before it has drafted. On
+# the two-core box (4 rows cost 2.4-2.9 one row, 6 rows 3.0-3.7, 2 rows 1.65-2.15) that drafts
+# 3 to 5 tokens where 6 or 7 tokens match, none where only the key does (a lone token pays only
+# at 95 %), and a missed first draft stops it.
+_PRIOR_HITS, _PRIOR_MISSES = 6.0, 1.0
 # Its own record weighs at most this many (so a copy that ends stops drafting within a few
 # misses, however long it ran) and fades by `_FADE` a token (so a sequence that stopped tries
-# again some 50 tokens later on that box).
+# again some 45 tokens later on that box).
 _RECORD = 8.0
 _FADE = 0.98
-_GAIN = 1.1  # what a draft must promise a unit of cost against none (the curve is noisy)
+_GAIN = 1.2  # what a draft must promise a unit of cost against none (the curve is noisy)
 _RUN = MAX_DRAFT + KEY - 1  # a run this long allows the longest draft
 _PROBE_PROMPT = 64  # tokens in the memory while the curve is measured
 _PROBE_REPS = 2
@@ -69,6 +70,11 @@ class PassCost:
             if gain > value:
                 best, value = drafted, gain
         return best
+
+    @classmethod
+    def flat(cls) -> PassCost:
+        """Extra rows cost nothing: drafts as long as acceptance allows (`--speculation on`)."""
+        return cls((1.0,) * (MAX_DRAFT + 1))
 
     @classmethod
     def measure(cls, context: Context, seq: int) -> PassCost | None:

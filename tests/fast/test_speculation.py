@@ -10,7 +10,7 @@ from oars.engines.batching import Batcher
 from oars.engines.speculation import MAX_DRAFT, Drafter, PassCost
 from tests.fast.test_batching import VOCAB, FakeContext, FakeWork, prompt, run
 
-FLAT = PassCost((1.0,) * (MAX_DRAFT + 1))  # a GPU's: extra rows cost nothing
+FLAT = PassCost.flat()  # a GPU's: extra rows cost nothing
 # two CPU cores' (bench.lab.speculation): 2 rows 1.70× one row, 8 rows 4.48×
 CPU = PassCost((1.0, 1.70, 2.69, 2.43, 3.34, 3.02, 4.17, 4.48))
 

@@ -1,6 +1,9 @@
 """Speculative decoding on the real model: a reply that copies its prompt is drafted from it and
 verified, a seeded reply's tokens and logprobs do not depend on what runs beside it while it
-drafts, and `--speculation off` drafts nothing."""
+drafts, the default measures what a pass costs at startup, and `--speculation off` drafts
+nothing. The first two run with `--speculation on` (drafts sized by acceptance alone): on two
+busy cores the measured curve decides whether a draft pays at all, by a margin within its
+noise."""
 
 from __future__ import annotations
 
@@ -34,7 +37,7 @@ COPY = {
 
 @pytest.fixture(scope="module")
 def four(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    yield from _serve(tmp_path_factory, "--ctx", "2048", "--parallel", "4")
+    yield from _serve(tmp_path_factory, "--ctx", "2048", "--parallel", "4", "--speculation", "on")
 
 
 def _drafts(server: str) -> tuple[float, float]:
@@ -89,7 +92,20 @@ def test_a_seeded_reply_drafts_as_alone_beside_other_streams(four: str) -> None:
     assert max(r["first"] for r in together) < max(r["end"] for r in together)
 
 
-def test_off_drafts_nothing(tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_by_default_a_pass_s_cost_is_measured_at_startup_and_off_drafts_nothing(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    folder = tmp_path_factory.mktemp("auto")
+    for server in _serve(tmp_path_factory, "--ctx", "2048", folder=folder):
+        final = _timed_stream(server, COPY)["final"]
+        assert "def area_of_square(size: float) -> float:" in _text(final)
+        drafted, accepted = _drafts(server)
+        assert accepted <= drafted
+    logged = (folder / "oars.log").read_text()
+    curve = re.search(r"speculation: a pass of 1-8 rows costs ([\d., ]+) × one row", logged)
+    assert curve is not None, logged[-2000:]
+    costs = [float(c) for c in curve.group(1).split(", ")]
+    assert len(costs) == 8 and costs[0] == 1.0 and max(costs) > 1.0  # a CPU's rows are not free
     for server in _serve(tmp_path_factory, "--ctx", "2048", "--speculation", "off"):
         final = _timed_stream(server, COPY)["final"]
         assert "def area_of_square(size: float) -> float:" in _text(final)
