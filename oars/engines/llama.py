@@ -150,11 +150,7 @@ class LlamaEngine:
             n_vocab=self.n_vocab,
             flash_attn=flash_attn,
         )
-        self.speculation = (
-            None
-            if settings.speculation is False
-            else self._pass_cost(context, settings.speculation)
-        )
+        self.speculation: PassCost | None = None  # set on the engine's thread, before it serves
         store = None
         if prefix_folder is not None and prefix_bytes > 0:
             key = self._fingerprint(path, n_ctx, flash_attn)
@@ -170,11 +166,14 @@ class LlamaEngine:
             overlap=BigStackPool(max_workers=2, thread_name_prefix="oars-mask"),
             flush=self._handover.flush,
         )
-        big_stack_thread(self.batcher.run, "oars-engine")
+        measured = threading.Event()
+        run = functools.partial(self._run, context, settings.speculation, measured)
+        big_stack_thread(run, "oars-engine")
         # First-use costs (the grammar tokenizer, about a second; a vocabulary scan) are paid
         # before the server takes requests. Paid beside the first one, they slowed its passes
         # fourfold on 2 cores (measured: 13 tokens after 8,000 in 1.3 s, 0.34 s after).
         big_stack_thread(self._warm, "oars-warm").join()
+        measured.wait()
 
     def _fingerprint(self, path: Path, n_ctx: int, flash_attn: bool | None) -> str:
         """A saved sequence state loads only into a context like the one that saved it (the
@@ -182,6 +181,18 @@ class LlamaEngine:
         stat = path.stat()
         key = f"{path.name}|{stat.st_size}|{self._llama_cpp.__version__}|{n_ctx}|fa={flash_attn}"
         return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+    def _run(self, context: LlamaContext, mode: bool | None, measured: threading.Event) -> None:
+        """The engine's thread: the pass-cost curve is measured on it, as every pass is run
+        (llama.cpp's CPU threads are a team of the thread that decodes), then the batcher."""
+        try:
+            if mode is not False:
+                self.speculation = self._pass_cost(context, mode)
+        except Exception:
+            log.exception("speculation: off (a pass's cost could not be measured)")
+        finally:
+            measured.set()
+        self.batcher.run()
 
     def _pass_cost(self, context: LlamaContext, free: bool | None) -> PassCost | None:
         """The curve drafts are sized by: measured on this machine, or with `free` (on) flat;
