@@ -144,6 +144,7 @@ class Drafter:
         run = self._run(source)
         drafted = self._cost.best_draft(self.acceptance, min(limit, run - KEY + 1))
         if drafted == 0:
+            self._source = None  # found afresh next time: the sequence moves on meanwhile
             return ()
         tokens = self._tokens[source : min(source + drafted, self._n)]
         self._source, self._draft, self._drafted_at = source, len(tokens), self._n

@@ -65,6 +65,14 @@ def test_a_draft_is_no_longer_than_the_run_its_source_shares_with_the_end() -> N
     assert drafter(copy, CPU).draft(MAX_DRAFT) == (26, 27, 28)
 
 
+def test_a_match_too_short_to_draft_from_is_looked_for_again_next_token() -> None:
+    d = drafter([1, 2, 3, 4, 5, 6, 7, 8, 40, 41, 3, 4, 5], CPU)
+    assert d.draft(MAX_DRAFT) == ()  # (3, 4, 5) matches, but only the key: nothing pays
+    for token in (6, 7, 8):  # the sequence went on copying that match
+        d.add(token)
+    assert d.draft(MAX_DRAFT) == (40, 41, 3)  # a run of 6 behind it: 3 tokens pay
+
+
 def test_a_draft_follows_its_source_while_the_sequence_copies_it() -> None:
     tokens = [70, 71, 72, 1, 2, 3, 4, 5, 6, 7, 8, 20, 5, 6, 7, 30, 21, 70, 71, 72, 1, 2, 3]
     d = drafter(tokens)
