@@ -166,13 +166,20 @@ EXAMPLE_PATCH = (
 )
 
 
-def edit(noun: str) -> str:
-    """An apply_patch edit of the `parse_{noun}` function of `records_module()`."""
+CHANGES = (
+    "strip whitespace from every field it reads, and raise ValueError when {noun}_id is negative",
+    "lowercase every text field it reads, and raise ValueError when a field is empty",
+    "read {noun}_id with int(row[0].strip()), and return None for a row of fewer than 3 fields",
+)
+
+
+def edit(noun: str, change: int = 0) -> str:
+    """An apply_patch edit (one of `CHANGES`) of the `parse_{noun}` function of
+    `records_module()`."""
     return (
         f"Here is shop/records.py:\n\n```python\n{records_module()}```\n\nIn parse_{noun}, "
-        f"strip whitespace from every field it reads, and raise ValueError when {noun}_id is "
-        "negative. Reply with only the patch, in the format of this example (another change, to "
-        f"another function):\n\n{EXAMPLE_PATCH}"
+        f"{CHANGES[change % len(CHANGES)].format(noun=noun)}. Reply with only the patch, in the "
+        f"format of this example (another change, to another function):\n\n{EXAMPLE_PATCH}"
     )
 
 

@@ -56,20 +56,22 @@ QUESTIONS = (
 
 def chats(rep: int) -> dict[str, list[Chat]]:
     """Each workload's chats (one, or four at once) for rep `rep`: new each rep (another
-    function to edit or name, other modules to read, another question), so that no server
-    drafts a reply from its own earlier one."""
-    pick = [EDITABLE[(rep + i) % len(EDITABLE)] for i in range(6)]
+    function and another change to make, another name, other modules to read, another
+    question), so that no server drafts a reply from its own earlier one."""
+    pick = [EDITABLE[(3 * rep + i) % len(EDITABLE)] for i in range(7)]
     one = {
-        "patch": edit(pick[0]),
+        "patch": edit(pick[0], rep),
         "rewrite": WORKLOADS["rewrite"][0].replace("read_rows", NAMES[rep % len(NAMES)]),
         "tool call": WORKLOADS["tool call"][0].replace(
-            "of refund and ledger", f"of {pick[0]} and {pick[1]}"
+            "of refund and ledger", f"of {pick[1]} and {pick[2]}"
         )
         + CALL,
         "chat": f"In a short paragraph: {QUESTIONS[rep % len(QUESTIONS)]}",
     }
     out = {name: [[SYSTEM, {"role": "user", "content": text}]] for name, text in one.items()}
-    out["4 edit streams"] = [[SYSTEM, {"role": "user", "content": edit(n)}] for n in pick[2:]]
+    out["4 edit streams"] = [
+        [SYSTEM, {"role": "user", "content": edit(n, rep + 1)}] for n in pick[3:]
+    ]
     return out
 
 
