@@ -46,6 +46,8 @@ _RECORD = 8.0
 _FADE = 0.98
 _GAIN = 1.2  # what a draft must promise a unit of cost against none (the curve is noisy)
 _RUN = MAX_DRAFT + KEY - 1  # a run this long allows the longest draft
+_CONTEXT = 32  # tokens before a match compared to choose among matches
+_REALIGN = 4  # how far past a break a copy is looked for again (see `Drafter._realign`)
 _PROBE_PROMPT = 64  # tokens in the memory while the curve is measured
 _PROBE_REPS = 2
 
@@ -101,11 +103,13 @@ class PassCost:
 
 
 class Drafter:
-    """One sequence's drafts: the tokens that followed the most recent earlier occurrence of
-    its last `KEY` tokens in its prompt and output, or, while the source of the last draft is
-    still being copied, the tokens after it. The length comes from the sequence's own recent
-    acceptance and the engine's `PassCost`, so the schedule depends only on the sequence's own
-    tokens and the engine's configuration, never on what runs beside it."""
+    """One sequence's drafts: the tokens that followed an earlier occurrence of its last `KEY`
+    tokens in its prompt and output (the one sharing the most context), or, while the source
+    of the last draft is still being copied, the tokens after it. A copy that breaks off goes
+    on where the source does a token or two later (`_realign`), and a token it replaced there
+    is drafted replaced from then on (a rename). The length comes from the sequence's own
+    recent acceptance and the engine's `PassCost`, so the schedule depends only on the
+    sequence's own tokens and the engine's configuration, never on what runs beside it."""
 
     def __init__(self, prompt: Sequence[int], room: int, cost: PassCost) -> None:
         self._tokens = np.empty(len(prompt) + room + 1, dtype=np.int32)
@@ -117,6 +121,14 @@ class Drafter:
         self._source: int | None = None  # where the last draft was copied from
         self._draft = 0  # its length (0: none is out)
         self._drafted_at = 0  # the length of the sequence when it was made
+        self._copied = 0  # tokens the sequence has copied from that source in a row
+        # where a long copy broke off: the source's token the sequence did not copy, and the
+        # sequence's length then (see `_realign`)
+        self._broke: tuple[int, int] | None = None
+        # a token of the source, with the token after it, that the sequence writes as another
+        # wherever it copies the two (a rename: `load_rows` → `read_rows` leaves `load_orders`
+        # alone), learnt where a copy broke off at it and went on after it
+        self._renames: dict[tuple[int, int], int] = {}
 
     def add(self, token: int) -> None:
         """A token the sequence sampled."""
@@ -138,17 +150,58 @@ class Drafter:
         if self._cost.best_draft(self.acceptance, limit) == 0:
             self._source = None
             return ()
-        source = self._source if self._source is not None else self._find()
+        source, run = self._source, 0 if self._source is None else _RUN
+        if source is None and (source := self._realign()) is not None:
+            run = _RUN
+        if source is None and (source := self._find()) is not None:
+            self._copied = 0
         if source is None:
             return ()
-        run = self._run(source)
+        run = max(run, self._run(source))
+        self._copied = max(self._copied, run)
         drafted = self._cost.best_draft(self.acceptance, min(limit, run - KEY + 1))
         if drafted == 0:
             self._source = None  # found afresh next time: the sequence moves on meanwhile
             return ()
-        tokens = self._tokens[source : min(source + drafted, self._n)]
+        tokens = self._copy(source, drafted)
         self._source, self._draft, self._drafted_at = source, len(tokens), self._n
         return tuple(int(t) for t in tokens)
+
+    def _realign(self) -> int | None:
+        """Where a long copy that broke off goes on, if it does: a rename replaces a word of
+        the source by another, an edit drops or adds a token, and then the copy goes on. So
+        for `_REALIGN` tokens after a break, the sequence's last token is looked for among
+        the source's first `_REALIGN` tokens from where the copy broke; the copy resumes
+        after it."""
+        if self._broke is None:
+            return None
+        broke, at = self._broke
+        if self._n - at > _REALIGN:
+            self._broke = None
+            return None
+        t, n = self._tokens, self._n
+        window = t[broke : min(broke + _REALIGN, at)]
+        found = np.flatnonzero(window == t[n - 1])
+        if not found.size:
+            return None
+        self._broke = None
+        if found[0] == 1 and n - 1 == at + 1:  # one token written for one: a rename, perhaps
+            self._renames[int(t[broke]), int(t[broke + 1])] = int(t[at])
+        return broke + int(found[0]) + 1
+
+    def _copy(self, source: int, length: int) -> np.ndarray:
+        """The source's next `length` tokens (those there are) as the sequence writes them."""
+        end = min(source + length, self._n)
+        tokens = self._tokens[source:end]
+        if not self._renames:
+            return tokens
+        after = np.full(len(tokens), -1, dtype=np.int32)  # each token's next, where known
+        known = self._tokens[source + 1 : min(end + 1, self._n)]
+        after[: len(known)] = known
+        tokens = tokens.copy()
+        for (original, then), written in self._renames.items():
+            tokens[(tokens == original) & (after == then)] = written
+        return tokens
 
     def _run(self, source: int) -> int:
         """How many tokens before `source` equal the sequence's last ones (up to `_RUN`)."""
@@ -167,9 +220,15 @@ class Drafter:
         source, at, drafted = self._source, self._drafted_at, self._draft
         assert source is not None
         came = self._tokens[at:n]
-        copied = self._tokens[source : source + len(came)]
+        copied = self._copy(source, len(came))
         same = came[: len(copied)] == copied
         accepted = int(np.argmin(same)) if not same.all() else len(copied)
+        if accepted < len(copied):  # a rename the sequence did not make this time is dropped
+            at_miss = source + accepted
+            if came[accepted] == self._tokens[at_miss] != copied[accepted]:
+                self._renames.pop(
+                    (int(self._tokens[at_miss]), int(self._tokens[at_miss + 1])), None
+                )
         self._hits += min(accepted, drafted)
         self._misses += accepted < drafted
         if (weight := self._hits + self._misses) > _RECORD:
@@ -179,10 +238,18 @@ class Drafter:
             )
         self._draft = 0
         # still copying its source (the draft and what followed it): go on from there
-        self._source = source + len(came) if accepted == len(came) else None
+        if accepted == len(came):
+            self._source, self._copied = source + len(came), self._copied + len(came)
+            return
+        self._source = None
+        if self._copied + accepted >= _RUN:  # a copy broke off: a word replaced, perhaps
+            self._broke = (source + accepted, at + accepted)
 
     def _find(self) -> int | None:
-        """Where the tokens after the most recent earlier occurrence of the last `KEY` begin."""
+        """Where the tokens after an earlier occurrence of the last `KEY` begin: of those
+        whose tokens before the key also equal the sequence's (up to `_CONTEXT`), the one
+        that shares the most; of equals, the most recent. A file's functions share their
+        docstrings' first words, and the one being copied shares its name as well."""
         n, t = self._n, self._tokens
         if n <= KEY:
             return None
@@ -190,4 +257,11 @@ class Drafter:
         for i in range(1, KEY):
             match &= t[i : n - KEY + i] == t[n - KEY + i]
         found = np.flatnonzero(match)
+        back = 1
+        while found.size > 1 and back <= min(_CONTEXT, n - KEY - 1):
+            further = found[found >= back]
+            further = further[t[further - back] == t[n - KEY - back]]
+            if not further.size:
+                break
+            found, back = further, back + 1
         return int(found[-1]) + KEY if found.size else None

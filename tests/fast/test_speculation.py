@@ -104,6 +104,56 @@ def verify(d: Drafter, truth: list[int]) -> tuple[int, int]:
     return drafts, misses
 
 
+def test_of_several_matches_the_one_sharing_the_most_context_is_drafted_from() -> None:
+    # (1, 2, 3) twice; the sequence's end shares (10, 11, 12) before it with the first only
+    tokens = [10, 11, 12, 1, 2, 3, 50, 51, 52, 20, 21, 1, 2, 3, 60, 61, 99, 10, 11, 12, 1, 2, 3]
+    assert drafter(tokens).draft(4) == (50, 51, 52, 20)
+    # of matches sharing as much, the most recent
+    assert drafter([7, 1, 2, 3, 50, 8, 1, 2, 3, 60, 9, 1, 2, 3]).draft(1) == (60,)
+
+
+def test_a_rename_breaks_a_copy_once_and_is_drafted_after() -> None:
+    """A file copied with one name replaced (`load_rows` → `read_rows`): the copy breaks at the
+    name's first occurrence and goes on right after it; later occurrences are drafted renamed,
+    while the same token before another (`load_orders`) is copied as it was."""
+    body = list(range(100, 160))
+    body[40:42] = [120, 121]  # the name again, at 20 and at 40
+    body[30] = 120  # the same token before another (131)
+    renamed = [999 if t == 120 and body[i + 1] == 121 else t for i, t in enumerate(body)]
+    d = drafter([*body, 1, *body[:10]])
+    drafts, misses = verify(d, renamed[10:])
+    assert misses == 1 and drafts <= len(body) / 3, (drafts, misses)  # the first, only
+    d = drafter([*body, 1, *body[:10]])  # without the rename in between, no draft goes on
+    drafts, misses = verify(d, [t if t != 999 else 998 for t in renamed[10:41]])
+    assert misses == 1, (drafts, misses)
+
+
+def test_a_copy_goes_on_right_after_a_token_replaced_dropped_or_added() -> None:
+    body = list(range(100, 160))
+
+    def copying() -> Drafter:  # a sequence that has copied body[10:25], and is to go on
+        d = drafter([*body, 1, *body[:10]])
+        assert verify(d, body[10:25])[1] == 0
+        return d
+
+    d = copying()  # 125 replaced by 7
+    d.add(7)
+    assert d.draft(4) == ()  # (24, 7) appears nowhere
+    d.add(126)
+    assert d.draft(4) == (127, 128, 129, 130)  # without waiting for a new match of three
+    d = copying()  # 125 dropped
+    d.add(126)
+    assert d.draft(4) == (127, 128, 129, 130)
+    d = copying()  # 7 added before 125
+    d.add(7)
+    d.add(125)
+    assert d.draft(4) == (126, 127, 128, 129)
+    d = copying()  # more than a few tokens of other text: no longer the same copy
+    for token in (7, 8, 9, 10, 126):
+        d.add(token)
+    assert d.draft(4) == ()
+
+
 def test_drafts_stop_when_they_miss_and_come_back_later() -> None:
     d = drafter([7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 7, 8, 9, 10, 11, 12], CPU)
     # at the prior's 4 to 1, three tokens pay best on 2 cores (4 rows cost less than 3)
