@@ -16,6 +16,7 @@
    tokens the longest prefix of it equal to the recorded ones, and one token more is always
    emitted (the verifying pass's own). The implied speedup divides the tokens emitted by the
    summed relative cost (question 1) of the passes that emitted them (1 + drafted rows each).
+   The last row replays the engine's own `Drafter` (this tree's) the same way, on that curve.
 
 The model is loaded as `oars serve` loads it (plain weights, no flash attention, one memory per
 sequence, the engine's thread count: one per core unless told).
@@ -37,6 +38,7 @@ from bench.prompts import WORKLOADS
 from oars.chat_template import ChatTemplate
 from oars.engines.batching import Feed
 from oars.engines.llama_context import LlamaContext, LlamaLog
+from oars.engines.speculation import MAX_DRAFT, Drafter, PassCost
 from oars.weights import pull
 
 SIZES = (1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 32, 64)  # 5, 7, 9: the rows of drafts of 4, 6, 8
@@ -199,6 +201,29 @@ def replay(
     return r
 
 
+def replay_drafter(prompt: list[int], out: list[int], cost: PassCost) -> Replay:
+    """The engine's own `Drafter` (this tree's), fed as the batcher feeds it: a draft each pass
+    of at most the tokens left, its tokens kept up to the first that differs, and one more."""
+    drafter, r = Drafter(prompt, len(out) + 1, cost), Replay()
+    while r.emitted < len(out):
+        draft = drafter.draft(len(out) - r.emitted)
+        want = out[r.emitted :]
+        accepted = next(
+            (i for i, (a, b) in enumerate(zip(draft, want, strict=False)) if a != b),
+            min(len(draft), len(want)),
+        )
+        for token in want[: accepted + 1]:
+            drafter.add(token)
+        r.drafted, r.accepted, r.passes = (
+            r.drafted + len(draft),
+            r.accepted + accepted,
+            r.passes + 1,
+        )
+        r.cost += cost.relative[len(draft)]
+        r.emitted += accepted + 1
+    return r
+
+
 # --- the run -------------------------------------------------------------------------------------
 
 
@@ -253,6 +278,13 @@ def main() -> None:
                     )
                 label = f"n≤{n}, d={d}" + (", follow" if follow else "")
                 print(f"| {label} | " + " | ".join(cells) + " |")
+    cost = PassCost(tuple(c(k) for k in range(1, MAX_DRAFT + 2)))  # on the curve above
+    cells = []
+    for w in names:
+        r = replay_drafter(prompts[w], outs[w], cost)
+        rate = r.accepted / r.drafted if r.drafted else 0.0
+        cells.append(f"{rate:.0%} · {r.emitted / r.passes:.2f} · {r.emitted / r.cost:.2f}×")
+    print("| oars's `Drafter` | " + " | ".join(cells) + " |")
     for w in names:  # what was replayed
         print(
             f"\n{w}:\n    "
