@@ -48,6 +48,8 @@ _GAIN = 1.2  # what a draft must promise a unit of cost against none (the curve 
 _RUN = MAX_DRAFT + KEY - 1  # a run this long allows the longest draft
 _CONTEXT = 32  # tokens before a match compared to choose among matches
 _REALIGN = 4  # how far past a break a copy is looked for again (see `Drafter._realign`)
+_RENAME = 3  # the most tokens a rename writes for one
+_COPY = KEY + 2  # a copy this long that breaks off is looked for again past the break
 _PROBE_PROMPT = 64  # tokens in the memory while the curve is measured
 _PROBE_REPS = 2
 
@@ -107,7 +109,7 @@ class Drafter:
     tokens in its prompt and output (the one sharing the most context), or, while the source
     of the last draft is still being copied, the tokens after it. A copy that breaks off goes
     on where the source does a token or two later (`_realign`), and a token it replaced there
-    is drafted replaced from then on (a rename). The length comes from the sequence's own
+    is drafted replaced from then on (a rename, a listing's line break written `", "`). The length comes from the sequence's own
     recent acceptance and the engine's `PassCost`, so the schedule depends only on the
     sequence's own tokens and the engine's configuration, never on what runs beside it."""
 
@@ -119,16 +121,18 @@ class Drafter:
         self._hits = self._misses = 0.0
         self._seen = self._n  # tokens counted into the record
         self._source: int | None = None  # where the last draft was copied from
+        self._skip = 0  # tokens of the rename of `_source`'s token written already
         self._draft = 0  # its length (0: none is out)
         self._drafted_at = 0  # the length of the sequence when it was made
         self._copied = 0  # tokens the sequence has copied from that source in a row
         # where a long copy broke off: the source's token the sequence did not copy, and the
         # sequence's length then (see `_realign`)
         self._broke: tuple[int, int] | None = None
-        # a token of the source, with the token after it, that the sequence writes as another
-        # wherever it copies the two (a rename: `load_rows` → `read_rows` leaves `load_orders`
-        # alone), learnt where a copy broke off at it and went on after it
-        self._renames: dict[tuple[int, int], int] = {}
+        # a token of the source, with the token after it, that the sequence writes as other
+        # tokens wherever it copies the two (a rename: `load_rows` → `read_rows` leaves
+        # `load_orders` alone; a listing's line break written `", "`), learnt where a copy broke
+        # off at it and went on after it
+        self._renames: dict[tuple[int, int], tuple[int, ...]] = {}
 
     def add(self, token: int) -> None:
         """A token the sequence sampled."""
@@ -147,14 +151,15 @@ class Drafter:
         token, which pays only where extra rows are nearly free; a sequence copying for a while
         drafts as many as pay."""
         self._settle()
+        source, skip, run = self._source, self._skip, _RUN
+        if source is None:
+            skip = 0
+            source = self._realign()
         if self._cost.best_draft(self.acceptance, limit) == 0:
             self._source = None
             return ()
-        source, run = self._source, 0 if self._source is None else _RUN
-        if source is None and (source := self._realign()) is not None:
-            run = _RUN
         if source is None and (source := self._find()) is not None:
-            self._copied = 0
+            self._copied = run = 0
         if source is None:
             return ()
         run = max(run, self._run(source))
@@ -163,16 +168,18 @@ class Drafter:
         if drafted == 0:
             self._source = None  # found afresh next time: the sequence moves on meanwhile
             return ()
-        tokens = self._copy(source, drafted)
-        self._source, self._draft, self._drafted_at = source, len(tokens), self._n
+        tokens = self._copy(source, skip, drafted)
+        self._source, self._skip, self._draft, self._drafted_at = source, skip, len(tokens), self._n
         return tuple(int(t) for t in tokens)
 
     def _realign(self) -> int | None:
-        """Where a long copy that broke off goes on, if it does: a rename replaces a word of
-        the source by another, an edit drops or adds a token, and then the copy goes on. So
-        for `_REALIGN` tokens after a break, the sequence's last token is looked for among
-        the source's first `_REALIGN` tokens from where the copy broke; the copy resumes
-        after it."""
+        """Where a copy that broke off goes on, if it does: a rename replaces a word of the
+        source by others, a list writes a listing's line breaks as `", "`, an edit drops or
+        adds a token, and then the copy goes on. So for `_REALIGN` tokens after a break, the
+        sequence's last token is looked for among the source's first `_REALIGN` tokens from
+        where the copy broke; the copy resumes after it, and the miss at the break is taken
+        back from the sequence's record. Where one source token was written as up to
+        `_RENAME` others, they are drafted for it from then on (`_renames`)."""
         if self._broke is None:
             return None
         broke, at = self._broke
@@ -185,23 +192,41 @@ class Drafter:
         if not found.size:
             return None
         self._broke = None
-        if found[0] == 1 and n - 1 == at + 1:  # one token written for one: a rename, perhaps
-            self._renames[int(t[broke]), int(t[broke + 1])] = int(t[at])
+        self._misses = max(0.0, self._misses - 1.0)  # the copy goes on: its break is forgiven
+        if found[0] == 1 and 1 <= n - 1 - at <= _RENAME:  # one token written as others
+            self._renames[int(t[broke]), int(t[broke + 1])] = tuple(int(x) for x in t[at : n - 1])
         return broke + int(found[0]) + 1
 
-    def _copy(self, source: int, length: int) -> np.ndarray:
-        """The source's next `length` tokens (those there are) as the sequence writes them."""
-        end = min(source + length, self._n)
-        tokens = self._tokens[source:end]
+    def _renamed(self, position: int) -> tuple[int, ...] | None:
+        """What the sequence writes for the token at `position`, if it renames it."""
+        if not self._renames or position + 1 >= self._n:
+            return None
+        return self._renames.get((int(self._tokens[position]), int(self._tokens[position + 1])))
+
+    def _copy(self, source: int, skip: int, length: int) -> np.ndarray:
+        """The source's next `length` tokens (those there are) as the sequence writes them,
+        from `source` with `skip` tokens of its rename written already."""
         if not self._renames:
-            return tokens
-        after = np.full(len(tokens), -1, dtype=np.int32)  # each token's next, where known
-        known = self._tokens[source + 1 : min(end + 1, self._n)]
-        after[: len(known)] = known
-        tokens = tokens.copy()
-        for (original, then), written in self._renames.items():
-            tokens[(tokens == original) & (after == then)] = written
-        return tokens
+            return self._tokens[source : min(source + length, self._n)]
+        out: list[int] = []
+        while len(out) < length and source < self._n:
+            written = self._renamed(source) or (int(self._tokens[source]),)
+            out.extend(written[skip:][: length - len(out)])
+            source, skip = source + 1, 0
+        return np.array(out, dtype=np.int32)
+
+    def _after(self, source: int, skip: int, count: int) -> tuple[int, int]:
+        """Where a copy from `source` (`skip` of its rename written) stands `count` tokens on:
+        the position, and the tokens of its rename written already."""
+        if not self._renames:
+            return source + count, 0
+        while count:
+            size = len(self._renamed(source) or (0,))
+            step = min(count, size - skip)
+            count, skip = count - step, skip + step
+            if skip == size:
+                source, skip = source + 1, 0
+        return source, skip
 
     def _run(self, source: int) -> int:
         """How many tokens before `source` equal the sequence's last ones (up to `_RUN`)."""
@@ -217,18 +242,16 @@ class Drafter:
         self._hits, self._misses, self._seen = self._hits * fade, self._misses * fade, n
         if not self._draft:
             return
-        source, at, drafted = self._source, self._drafted_at, self._draft
+        source, skip, at, drafted = self._source, self._skip, self._drafted_at, self._draft
         assert source is not None
         came = self._tokens[at:n]
-        copied = self._copy(source, len(came))
+        copied = self._copy(source, skip, len(came))
         same = came[: len(copied)] == copied
         accepted = int(np.argmin(same)) if not same.all() else len(copied)
-        if accepted < len(copied):  # a rename the sequence did not make this time is dropped
-            at_miss = source + accepted
-            if came[accepted] == self._tokens[at_miss] != copied[accepted]:
-                self._renames.pop(
-                    (int(self._tokens[at_miss]), int(self._tokens[at_miss + 1])), None
-                )
+        missed, part = self._after(source, skip, accepted)  # where the copy stands there
+        renamed = accepted < len(copied) and part == 0 and self._renamed(missed) is not None
+        if renamed and came[accepted] == self._tokens[missed]:  # a rename not made this time
+            self._renames.pop((int(self._tokens[missed]), int(self._tokens[missed + 1])))
         self._hits += min(accepted, drafted)
         self._misses += accepted < drafted
         if (weight := self._hits + self._misses) > _RECORD:
@@ -239,11 +262,12 @@ class Drafter:
         self._draft = 0
         # still copying its source (the draft and what followed it): go on from there
         if accepted == len(came):
-            self._source, self._copied = source + len(came), self._copied + len(came)
+            self._source, self._skip = self._after(source, skip, len(came))
+            self._copied += len(came)
             return
         self._source = None
-        if self._copied + accepted >= _RUN:  # a copy broke off: a word replaced, perhaps
-            self._broke = (source + accepted, at + accepted)
+        if self._copied + accepted >= _COPY:  # a copy broke off: a word replaced, perhaps
+            self._broke = (missed, at + accepted)
 
     def _find(self) -> int | None:
         """Where the tokens after an earlier occurrence of the last `KEY` begin: of those

@@ -154,6 +154,31 @@ def test_a_copy_goes_on_right_after_a_token_replaced_dropped_or_added() -> None:
     assert d.draft(4) == ()
 
 
+def passes(d: Drafter, truth: list[int]) -> int:
+    """The passes a sequence drafting as the batcher drafts takes to sample `truth`."""
+    at = count = 0
+    while at < len(truth):
+        draft, n = d.draft(MAX_DRAFT), 0
+        while n < len(draft) and at + n < len(truth) and draft[n] == truth[at + n]:
+            n += 1
+        for token in truth[at : at + n + 1]:
+            d.add(token)
+        at, count = at + n + 1, count + 1
+    return count
+
+
+def test_a_listing_written_as_a_list_is_drafted_with_its_separator() -> None:
+    """A call naming the paths of a listing in its order, with `", "` (two tokens) where the
+    listing broke lines: after the first break the copy goes on, the separator is drafted
+    with the paths, and on two cores' curve most of the call comes from drafts."""
+    newline, comma, quote = 1, 2, 3
+    paths = [[10, 11, 100 + i, 200 + i, 12, 13] for i in range(16)]  # src/shop/<noun>/models.py
+    listing = [t for path in paths for t in (*path, newline)]
+    call = [t for path in paths for t in (*path, comma, quote)]
+    d = drafter([50, 51, *listing, 52, 53, quote], CPU)
+    assert passes(d, call) < len(call) / 2.5
+
+
 def test_drafts_stop_when_they_miss_and_come_back_later() -> None:
     d = drafter([7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 7, 8, 9, 10, 11, 12], CPU)
     # at the prior's 4 to 1, three tokens pay best on 2 cores (4 rows cost less than 3)
