@@ -108,10 +108,11 @@ class Drafter:
     """One sequence's drafts: the tokens that followed an earlier occurrence of its last `KEY`
     tokens in its prompt and output (the one sharing the most context), or, while the source
     of the last draft is still being copied, the tokens after it. A copy that breaks off goes
-    on where the source does a token or two later (`_realign`), and a token it replaced there
-    is drafted replaced from then on (a rename, a listing's line break written `", "`). The length comes from the sequence's own
-    recent acceptance and the engine's `PassCost`, so the schedule depends only on the
-    sequence's own tokens and the engine's configuration, never on what runs beside it."""
+    on where the source does a token or two later (`_realign`), and what the sequence wrote
+    there for a token of the source is drafted for it from then on (a rename; a listing's
+    line break written `", "`). The length comes from the sequence's own recent acceptance
+    and the engine's `PassCost`, so the schedule depends only on the sequence's own tokens
+    and the engine's configuration, never on what runs beside it."""
 
     def __init__(self, prompt: Sequence[int], room: int, cost: PassCost) -> None:
         self._tokens = np.empty(len(prompt) + room + 1, dtype=np.int32)
@@ -125,8 +126,8 @@ class Drafter:
         self._draft = 0  # its length (0: none is out)
         self._drafted_at = 0  # the length of the sequence when it was made
         self._copied = 0  # tokens the sequence has copied from that source in a row
-        # where a long copy broke off: the source's token the sequence did not copy, and the
-        # sequence's length then (see `_realign`)
+        # where a copy of `_COPY` tokens or more broke off: the source's token the sequence
+        # did not copy, and the sequence's length then (see `_realign`)
         self._broke: tuple[int, int] | None = None
         # a token of the source, with the token after it, that the sequence writes as other
         # tokens wherever it copies the two (a rename: `load_rows` → `read_rows` leaves
