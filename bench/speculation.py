@@ -105,9 +105,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="oars-speculation-") as tmp:
         home = Path(tmp)
         same = {"model": pull(), "ctx": 4096, "threads": args.threads}
-        oars, *llama = Setup(home=home, llama_args=("", "--spec-default"), **same).endpoints()
+        # (at info, the log says what a pass costs, as the server measured it at its start)
+        info = "--log-level info"
+        oars, *llama = Setup(
+            home=home, oars_args=info, llama_args=("", "--spec-default"), **same
+        ).endpoints()
         (home / "off").mkdir()
-        off = Setup(home=home / "off", oars_args="--speculation off", **same)
+        off = Setup(home=home / "off", oars_args=f"--speculation off {info}", **same)
         oars_off = off.endpoints()[0]
         oars_off.server.name = "oars --speculation off"
         endpoints = (oars, oars_off, *llama)
@@ -133,6 +137,8 @@ def main() -> None:
         finally:
             for endpoint in endpoints:
                 endpoint.server.stop()
+        log = (home / "oars.log").read_text(errors="replace").splitlines()
+        curve = next((line for line in log if "speculation: a pass" in line), "no curve logged")
     rows = []
     for reference, theirs in zip(endpoints[1:], results[1:], strict=True):
         for name in names:
@@ -144,6 +150,7 @@ def main() -> None:
     print(table(rows, "reference"))
     accepted = (f"{name} {int(a)}/{int(d)}" for name, (d, a) in counted.items())
     print("\noars's drafts accepted, all reps: " + ", ".join(accepted))
+    print(f"oars's {curve.split('oars.engine: ')[-1]}")
 
 
 if __name__ == "__main__":

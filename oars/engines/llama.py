@@ -204,6 +204,9 @@ class LlamaEngine:
         cost = PassCost.flat() if free else PassCost.measure(context, 0)
         if cost is None:
             log.info("speculation: off (this model's memory cannot drop a draft)")
+        elif not cost.steady:
+            log.warning("speculation: off (a pass's cost was unsteady at startup: a busy machine)")
+            return None
         else:
             shown = ", ".join(f"{c:.2f}" for c in cost.relative)
             log.info("speculation: a pass of 1-%d rows costs %s × one row", MAX_DRAFT + 1, shown)

@@ -4,9 +4,10 @@ the memory exactly as if it had never been fed."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from oars.engines.batching import Batcher
+from oars.engines.batching import Batcher, Feed
 from oars.engines.speculation import MAX_DRAFT, Drafter, PassCost
 from tests.fast.test_batching import VOCAB, FakeContext, FakeWork, prompt, run
 
@@ -224,6 +225,39 @@ def test_the_curve_is_measured_on_the_context_and_leaves_it_empty() -> None:
     assert sorted(set(fed)) == list(range(1, MAX_DRAFT + 2))
     # a memory that cannot drop a suffix (a recurrent model's) gets no speculation
     assert PassCost.measure(FakeContext(2, cut=False), 0) is None
+
+
+class Stalling(FakeContext):
+    """A fake context whose passes take a tick a row on a clock of its own, and whose first
+    `stalls` passes of one row take 100 more (the thread descheduled on a busy machine)."""
+
+    def __init__(self, stalls: int) -> None:
+        super().__init__(1)
+        self.now, self.stalls = 0.0, stalls
+
+    def decode(self, feeds: Sequence[Feed]) -> None:
+        super().decode(feeds)
+        rows = sum(len(feed.tokens) for feed in feeds)
+        self.now += rows
+        if rows == 1 and self.stalls:
+            self.now, self.stalls = self.now + 100, self.stalls - 1
+
+    def clock(self) -> float:
+        return self.now
+
+
+def test_a_curve_measured_with_stalled_passes_is_measured_again_or_drafts_nothing() -> None:
+    # every one-row pass of the first try stalled: the second try's are kept
+    context = Stalling(stalls=2)
+    cost = PassCost.measure(context, 0, context.clock)
+    assert cost is not None and cost.steady
+    assert cost.relative == tuple(float(k) for k in range(1, MAX_DRAFT + 2))
+    # stalled on every try: the rows are taken to cost what they do alone, and nothing pays
+    context = Stalling(stalls=1000)
+    cost = PassCost.measure(context, 0, context.clock)
+    assert cost is not None and not cost.steady
+    assert cost.best_draft(0.99, MAX_DRAFT) == 0
+    assert context.memory == [[]]
 
 
 def _next(history: list[int]) -> int:
