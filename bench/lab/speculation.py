@@ -174,6 +174,15 @@ class Replay:
     cost: float = 0.0
 
 
+def agreed(draft: Sequence[int], want: Sequence[int]) -> int:
+    """How many of the draft's tokens the recorded ones accept: those before the first that
+    differs."""
+    return next(
+        (i for i, (a, b) in enumerate(zip(draft, want, strict=False)) if a != b),
+        min(len(draft), len(want)),
+    )
+
+
 def replay(
     prompt: list[int], out: list[int], n: int, d: int, follow: bool, c: Callable[[int], float]
 ) -> Replay:
@@ -182,10 +191,7 @@ def replay(
         at = source if follow and source is not None else h.lookup(n)
         draft = h.tokens[at : at + d] if at is not None else []
         want = out[r.emitted :]
-        accepted = next(
-            (i for i, (a, b) in enumerate(zip(draft, want, strict=False)) if a != b),
-            min(len(draft), len(want)),
-        )
+        accepted = agreed(draft, want)
         emitted = want[: accepted + 1]
         r.drafted, r.accepted, r.passes = (
             r.drafted + len(draft),
@@ -208,10 +214,7 @@ def replay_drafter(prompt: list[int], out: list[int], cost: PassCost) -> Replay:
     while r.emitted < len(out):
         draft = drafter.draft(len(out) - r.emitted)
         want = out[r.emitted :]
-        accepted = next(
-            (i for i, (a, b) in enumerate(zip(draft, want, strict=False)) if a != b),
-            min(len(draft), len(want)),
-        )
+        accepted = agreed(draft, want)
         for token in want[: accepted + 1]:
             drafter.add(token)
         r.drafted, r.accepted, r.passes = (

@@ -87,22 +87,27 @@ def test_a_draft_follows_its_source_while_the_sequence_copies_it() -> None:
     assert d.draft(3) == ()  # (7, 8, 99) was never seen
 
 
-def verify(d: Drafter, truth: list[int]) -> tuple[int, int]:
+def sample(d: Drafter, truth: list[int]) -> tuple[int, int, int]:
     """`truth` sampled by a sequence drafting as the batcher drafts: a draft each pass, its
     tokens kept up to the first that differs from the truth, and the truth's next token. How
-    many drafts were made, and how many missed."""
-    drafts = misses = at = 0
+    many passes it took, how many drafts were made, and how many missed."""
+    passes = drafts = misses = at = 0
     while at < len(truth):
         draft = d.draft(MAX_DRAFT)
         n = 0
         while n < len(draft) and at + n < len(truth) and draft[n] == truth[at + n]:
             n += 1
-        drafts += bool(draft)
+        passes, drafts = passes + 1, drafts + bool(draft)
         misses += n < len(draft) and at + n < len(truth)
         for token in truth[at : at + n + 1]:
             d.add(token)
         at += n + 1
-    return drafts, misses
+    return passes, drafts, misses
+
+
+def verify(d: Drafter, truth: list[int]) -> tuple[int, int]:
+    """How many drafts sampling `truth` made (`sample`), and how many missed."""
+    return sample(d, truth)[1:]
 
 
 def test_of_several_matches_the_one_sharing_the_most_context_is_drafted_from() -> None:
@@ -155,19 +160,6 @@ def test_a_copy_goes_on_right_after_a_token_replaced_dropped_or_added() -> None:
     assert d.draft(4) == ()
 
 
-def passes(d: Drafter, truth: list[int]) -> int:
-    """The passes a sequence drafting as the batcher drafts takes to sample `truth`."""
-    at = count = 0
-    while at < len(truth):
-        draft, n = d.draft(MAX_DRAFT), 0
-        while n < len(draft) and at + n < len(truth) and draft[n] == truth[at + n]:
-            n += 1
-        for token in truth[at : at + n + 1]:
-            d.add(token)
-        at, count = at + n + 1, count + 1
-    return count
-
-
 def test_a_listing_written_as_a_list_is_drafted_with_its_separator() -> None:
     """A call naming the paths of a listing in its order, with `", "` (two tokens) where the
     listing broke lines: after the first break the copy goes on, the separator is drafted
@@ -177,7 +169,7 @@ def test_a_listing_written_as_a_list_is_drafted_with_its_separator() -> None:
     listing = [t for path in paths for t in (*path, newline)]
     call = [t for path in paths for t in (*path, comma, quote)]
     d = drafter([50, 51, *listing, 52, 53, quote], CPU)
-    assert passes(d, call) < len(call) / 2.5
+    assert sample(d, call)[0] < len(call) / 2.5
 
 
 def test_drafts_stop_when_they_miss_and_come_back_later() -> None:
