@@ -2,7 +2,7 @@
 ships and llama-server with its own n-gram speculation on, on an agent's work.
 
     make llama-server     # once
-    .venv/bin/python -m bench.speculation [--reps 3] [--tokens 200]
+    .venv/bin/python -m bench.speculation [--reps 3] [--tokens 200] [--against off,…] [--workloads chat,…]
 
 Four servers live for the whole run, on the default model with the same threads, but only one
 is driven at a time, the order rotating rep by rep: oars as it ships (`--speculation auto`), oars
@@ -54,6 +54,10 @@ QUESTIONS = (
 )
 
 
+# oars --speculation off, and llama-server with each of these flags
+REFERENCES = {"off": "", "llama-server": "", "spec-default": "--spec-default"}
+
+
 def chats(rep: int) -> dict[str, list[Chat]]:
     """Each workload's chats (one, or four at once) for rep `rep`: new each rep (another
     function and another change to make, another name, other modules to read, another
@@ -96,32 +100,43 @@ def main() -> None:
     options.add_argument("--reps", type=int, default=3)
     options.add_argument("--tokens", type=int, default=200, help="output tokens at most")
     options.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    options.add_argument(
+        "--against",
+        default=",".join(REFERENCES),
+        help=f"the references, of {', '.join(REFERENCES)} (oars off alone: how far apart two "
+        "servers of the same engine land where nothing is drafted)",
+    )
+    options.add_argument(
+        "--workloads", default=",".join(chats(0)), help="of " + ", ".join(chats(0))
+    )
     args = options.parse_args()
-    if not LLAMA_SERVER.exists():
+    against = args.against.split(",")
+    names = args.workloads.split(",")
+    if unknown := set(against) - set(REFERENCES) or set(names) - set(chats(0)):
+        raise SystemExit(f"unknown: {', '.join(sorted(unknown))}")
+    if not LLAMA_SERVER.exists() and set(against) - {"off"}:
         raise SystemExit(f"{LLAMA_SERVER} is missing: run `make llama-server` first")
     from oars.weights import pull
 
-    names = list(chats(0))
     with tempfile.TemporaryDirectory(prefix="oars-speculation-") as tmp:
         home = Path(tmp)
         same = {"model": pull(), "ctx": 4096, "threads": args.threads}
         # (at info, the log says what a pass costs, as the server measured it at its start)
         info = "--log-level info"
-        oars, *llama = Setup(
-            home=home, oars_args=info, llama_args=("", "--spec-default"), **same
-        ).endpoints()
+        flags = tuple(REFERENCES[name] for name in REFERENCES if name != "off" and name in against)
+        oars, *llama = Setup(home=home, oars_args=info, llama_args=flags, **same).endpoints()
         (home / "off").mkdir()
         off = Setup(home=home / "off", oars_args=f"--speculation off {info}", **same)
         oars_off = off.endpoints()[0]
         oars_off.server.name = "oars --speculation off"
-        endpoints = (oars, oars_off, *llama)
+        endpoints = (oars, *[oars_off] * ("off" in against), *llama)
         counted: dict[str, list[float]] = {name: [0.0, 0.0] for name in names}
 
         def rep(endpoint: Endpoint, n: int) -> dict[str, float]:
-            out = {}
-            for name, chat_list in chats(n).items():
+            out, asked = {}, chats(n)
+            for name in names:
                 before = drafts(endpoint)
-                out[name] = figure(endpoint.many(chat_list, args.tokens))
+                out[name] = figure(endpoint.many(asked[name], args.tokens))
                 if endpoint is oars:
                     after = drafts(endpoint)
                     counted[name][0] += after[0] - before[0]

@@ -166,13 +166,16 @@ class LlamaEngine:
             overlap=BigStackPool(max_workers=2, thread_name_prefix="oars-mask"),
             flush=self._handover.flush,
         )
+        # First-use costs (the grammar tokenizer, about a second; a vocabulary scan) are paid
+        # before the server takes requests. Paid beside the first one, they slowed its passes
+        # fourfold on 2 cores (measured: 13 tokens after 8,000 in 1.3 s, 0.34 s after). They
+        # are paid before the pass cost is measured, too: beside it they made a pass of 2
+        # rows cost 2.02-2.43 × one row over six starts, 1.83-2.15 after (3 rows: 2.91-3.56,
+        # then 2.67-3.17), and drafts came out shorter than what pays.
+        big_stack_thread(self._warm, "oars-warm").join()
         measured = threading.Event()
         run = functools.partial(self._run, context, settings.speculation, measured)
         big_stack_thread(run, "oars-engine")
-        # First-use costs (the grammar tokenizer, about a second; a vocabulary scan) are paid
-        # before the server takes requests. Paid beside the first one, they slowed its passes
-        # fourfold on 2 cores (measured: 13 tokens after 8,000 in 1.3 s, 0.34 s after).
-        big_stack_thread(self._warm, "oars-warm").join()
         measured.wait()
 
     def _fingerprint(self, path: Path, n_ctx: int, flash_attn: bool | None) -> str:
