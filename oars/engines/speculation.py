@@ -34,11 +34,12 @@ log = logging.getLogger("oars.engine")
 KEY = 3  # tokens a match must share (shorter keys drafted on nearly every pass of chat)
 MAX_DRAFT = 7  # 8 rows a pass: llama.cpp's K-quant kernels change at 8 rows (`KERNEL_ROWS`)
 # A sequence's acceptance is taken as accepted tokens over accepted tokens and missed drafts
-# (a draft ends at its first miss), counted from this prior: 6 to 1 before it has drafted. On
-# the two-core box (4 rows cost 2.4-2.9 one row, 6 rows 3.0-3.7, 2 rows 1.65-2.15) that drafts
-# 3 to 5 tokens where 6 or 7 tokens match, none where only the key does (a lone token pays only
-# at 95 %), and a missed first draft stops it.
-_PRIOR_HITS, _PRIOR_MISSES = 6.0, 1.0
+# (a draft ends at its first miss), counted from this prior: 8 to 1 before it has drafted. On
+# the two-core box (4 rows cost 2.3-3.2 one row, 6 rows 2.9-3.8, 2 rows 1.8-2.4 over 20 starts)
+# that drafts 3 to 5 tokens where 6 or 7 tokens match, none where only the key does (a lone
+# token pays only at 95 %), and a missed first draft stops it on most curves. At 6 to 1 the
+# dearest curves of those starts let no first draft pay, and a server drafted nothing all run.
+_PRIOR_HITS, _PRIOR_MISSES = 8.0, 1.0
 # Its own record weighs at most this many (so a copy that ends stops drafting within a few
 # misses, however long it ran) and fades by `_FADE` a token (so a sequence that stopped tries
 # again some 45 tokens later on that box).

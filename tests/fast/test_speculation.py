@@ -14,6 +14,9 @@ from tests.fast.test_batching import VOCAB, FakeContext, FakeWork, prompt, run
 FLAT = PassCost.flat()  # a GPU's: extra rows cost nothing
 # two CPU cores' (bench.lab.speculation): 2 rows 1.70× one row, 8 rows 4.48×
 CPU = PassCost((1.0, 1.70, 2.69, 2.43, 3.34, 3.02, 4.17, 4.48))
+# what `oars serve` measured at startup there: the median of 20 starts, and the dearest
+STARTUP = PassCost((1.0, 2.09, 3.23, 2.72, 3.69, 3.34, 4.46, 5.01))
+DEAREST = PassCost((1.0, 2.07, 3.44, 3.15, 4.55, 3.54, 4.33, 6.11))
 
 
 def drafter(tokens: list[int], cost: PassCost = FLAT) -> Drafter:
@@ -172,9 +175,21 @@ def test_a_listing_written_as_a_list_is_drafted_with_its_separator() -> None:
     assert sample(d, call)[0] < len(call) / 2.5
 
 
+def test_a_copy_drafts_on_every_curve_a_server_measured() -> None:
+    """A sequence's first draft is sized by the prior alone: on the dearest curve a server
+    measured at startup, where 4 rows cost 3.15 one row, it must still pay, or nothing is
+    ever drafted (a whole bench run drafted nothing)."""
+    source = list(range(100, 140))
+    for cost in (CPU, STARTUP, DEAREST):
+        d = drafter([*source, 1, *source[:8]], cost)
+        passes, _, misses = sample(d, source[8:])
+        assert misses == 0 and passes < len(source[8:]) / 2.5, cost
+
+
 def test_drafts_stop_when_they_miss_and_come_back_later() -> None:
-    d = drafter([7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 7, 8, 9, 10, 11, 12], CPU)
-    # at the prior's 4 to 1, three tokens pay best on 2 cores (4 rows cost less than 3)
+    d = drafter([7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 7, 8, 9, 10, 11, 12], STARTUP)
+    # at the prior, of the 4 its run of 6 allows, three tokens pay best on 2 cores (4 rows
+    # cost less than 3)
     assert d.draft(MAX_DRAFT) == (13, 14, 15)
     d.add(50)  # the sequence sampled another token at once: a missed draft
     again = [7, 8, 9, 10, 11, 12]
