@@ -41,8 +41,8 @@ MAX_DRAFT = 7  # 8 rows a pass: llama.cpp's K-quant kernels change at 8 rows (`K
 # dearest curves of those starts let no first draft pay, and a server drafted nothing all run.
 _PRIOR_HITS, _PRIOR_MISSES = 8.0, 1.0
 # Its own record weighs at most this many (so a copy that ends stops drafting within a few
-# misses, however long it ran) and fades by `_FADE` a token (so a sequence that stopped tries
-# again some 45 tokens later on that box).
+# misses, however long it ran) and fades by `_FADE` a token (so a sequence that one miss
+# stopped tries again some 30 tokens later on that box's median curve).
 _RECORD = 8.0
 _FADE = 0.98
 _GAIN = 1.2  # what a draft must promise a unit of cost against none (the curve is noisy)
