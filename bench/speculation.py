@@ -94,6 +94,7 @@ def figure(streams: list[Stream]) -> float:
 
 
 def main() -> None:
+    every = list(chats(0))  # the workloads, in the order they run each rep
     options = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -106,13 +107,11 @@ def main() -> None:
         help=f"the references, of {', '.join(REFERENCES)} (oars off alone: how far apart two "
         "servers of the same engine land where nothing is drafted)",
     )
-    options.add_argument(
-        "--workloads", default=",".join(chats(0)), help="of " + ", ".join(chats(0))
-    )
+    options.add_argument("--workloads", default=",".join(every), help="of " + ", ".join(every))
     args = options.parse_args()
     against = args.against.split(",")
     names = args.workloads.split(",")
-    if unknown := set(against) - set(REFERENCES) or set(names) - set(chats(0)):
+    if unknown := set(against) - set(REFERENCES) or set(names) - set(every):
         raise SystemExit(f"unknown: {', '.join(sorted(unknown))}")
     if not LLAMA_SERVER.exists() and set(against) - {"off"}:
         raise SystemExit(f"{LLAMA_SERVER} is missing: run `make llama-server` first")
