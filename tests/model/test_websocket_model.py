@@ -415,11 +415,13 @@ SEARCH = {
 def test_fifty_turns_of_tool_calls_stay_under_the_context_and_keep_the_task(server: str) -> None:
     """An agent loop of 50 tool calls on one socket (`store: false`), with `context_management`:
     the history would pass the 4,096-token context; compacted, every prompt stays under it, and
-    the model still names the task at the end."""
+    the model still names the task at the end. A call usually takes 17-24 tokens; the room for
+    more is for a turn whose directory copies the last result's file list (over 96 tokens in one
+    CI run: the small model's path at temperature 0 turns on the numerics of its passes)."""
     managed = {
         "store": False,
         "tools": [SEARCH],
-        "max_output_tokens": 96,
+        "max_output_tokens": 256,
         "parallel_tool_calls": False,
         "context_management": [{"type": "compaction", "compact_threshold": 2000}],
     }
@@ -443,7 +445,7 @@ def test_fifty_turns_of_tool_calls_stay_under_the_context_and_keep_the_task(serv
             report = validate_events(frames)
             assert report.ok, (i, report.text())
             turn = frames[-1]["response"]
-            assert turn["status"] == "completed", (i, turn)
+            assert turn["status"] == "completed", (i, turn["incomplete_details"], turn["output"])
             prompts.append(turn["usage"]["input_tokens"])
             compactions += turn["output"][0]["type"] == "compaction"
             if last:
