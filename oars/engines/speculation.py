@@ -41,6 +41,11 @@ MAX_DRAFT = 7  # 8 rows a pass: llama.cpp's K-quant kernels change at 8 rows (`K
 # token pays only at 95 %), and a missed first draft stops it on most curves. At 6 to 1 the
 # dearest curves of those starts let no first draft pay, and a server drafted nothing all run.
 _PRIOR_HITS, _PRIOR_MISSES = 8.0, 1.0
+# Its own record weighs at most this many (so a copy that ends stops drafting within a few
+# misses, however long it ran) and fades by `_FADE` a token (so a sequence that one miss
+# stopped tries again some 30 tokens later on that box's median curve).
+_RECORD = 8.0
+_FADE = 0.98
 # Where no draft pays at the record, a match this long or longer (7 tokens and more) is
 # followed all the same, unverified: its record then rises as the sequence copies it. A later
 # start measured a curve dearer still (4 rows 2.88 one row, 6 rows 3.95), where nothing paid at
@@ -49,11 +54,6 @@ _PRIOR_HITS, _PRIOR_MISSES = 8.0, 1.0
 # patch 0.97×), and on the lab's, the median startup and the dearest curves the same as before;
 # following matches of 5 or 6 tokens as well cost patches up to 8 % on the dearest curves.
 _SHADOW = 5
-# Its own record weighs at most this many (so a copy that ends stops drafting within a few
-# misses, however long it ran) and fades by `_FADE` a token (so a sequence that one miss
-# stopped tries again some 30 tokens later on that box's median curve).
-_RECORD = 8.0
-_FADE = 0.98
 _GAIN = 1.2  # what a draft must promise a unit of cost against none (the curve is noisy)
 _RUN = MAX_DRAFT + KEY - 1  # a run this long allows the longest draft
 _CONTEXT = 32  # tokens before a match compared to choose among matches

@@ -190,20 +190,22 @@ def test_a_copy_drafts_on_every_curve_a_server_measured() -> None:
 
 
 def test_drafts_stop_when_they_miss_and_come_back_when_the_copy_goes_on() -> None:
-    d = drafter([7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 7, 8, 9, 10, 11, 12], STARTUP)
-    # at the prior, of the 4 its run of 6 allows, three tokens pay best on 2 cores (4 rows
-    # cost less than 3)
-    assert d.draft(MAX_DRAFT) == (13, 14, 15)
-    d.add(50)  # the sequence sampled another token at once: a missed draft
+    def after_a_miss() -> Drafter:
+        d = drafter([7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 7, 8, 9, 10, 11, 12], STARTUP)
+        # at the prior, of the 4 its run of 6 allows, three tokens pay best on 2 cores (4 rows
+        # cost less than 3)
+        assert d.draft(MAX_DRAFT) == (13, 14, 15)
+        d.add(50)  # the sequence sampled another token at once: a missed draft
+        return d
+
+    d = after_a_miss()
     assert verify(d, [*range(100, 110), 7, 8, 9]) == (0, 0)  # a match, but it would not pay
     # the sequence copies on (what followed the latest match): its copy, followed unverified,
     # shows that drafts pay again
     drafts, misses = verify(d, [10, 11, 12, 50, *range(100, 108)])
     assert drafts > 0 and misses == 0
     # and some 50 tokens on, with nothing copied, the miss has faded as well
-    d = drafter([7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 7, 8, 9, 10, 11, 12], STARTUP)
-    assert d.draft(MAX_DRAFT) == (13, 14, 15)
-    d.add(50)
+    d = after_a_miss()
     assert d.draft(MAX_DRAFT) == ()
     missed = d.acceptance
     assert verify(d, list(range(200, 260))) == (0, 0)
