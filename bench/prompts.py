@@ -170,6 +170,8 @@ CHANGES = (
     "strip whitespace from every field it reads, and raise ValueError when {noun}_id is negative",
     "lowercase every text field it reads, and raise ValueError when a field is empty",
     "read {noun}_id with int(row[0].strip()), and return None for a row of fewer than 3 fields",
+    "raise ValueError when the row is empty, before reading any field",
+    "uppercase every text field it reads, and raise ValueError when {noun}_id is zero",
 )
 
 

@@ -14,15 +14,17 @@ GGUF's template), greedy, streamed; oars is asked `POST /v1/responses`, llama-se
 - patch: an apply_patch edit of one function of a ~150-line file given in the prompt;
 - rewrite: a ~60-line file given whole again with one function renamed;
 - tool call: a call naming paths from a 36-path listing, as JSON text;
-- chat: a short explanation;
+- chat: a short explanation, three a rep, one after another (its figure their median: one
+  stream's chat moves ±15 % from one ask to the next on two cores, and its goal is 0.98);
 - 4 edit streams: four patches of four functions of that file at once (aggregate tok/s).
 
 Every figure is decode tok/s (output tokens after the first over the time from the first text
 delta to the last; for 4 streams, all their tokens over the wall time), the median of the reps,
 and the ratio oars / the reference with the range of the reps' own ratios. Each rep asks
-anew (another function to edit or name, other modules, another question), so no server replays
-an earlier reply of its own (llama-server's n-gram drafts are shared across requests), while
-each prompt shares the file with the rep before: the figures are decode. oars's own drafts (from its `/metrics`) are reported per workload, summed over reps.
+anew (another function to edit or name, other modules, other questions; hence at most 6 reps),
+so no server replays an earlier reply of its own (llama-server's n-gram drafts are shared
+across requests), while each prompt shares the file with the rep before: the figures are
+decode. oars's own drafts (from its `/metrics`) are reported per workload, summed over reps.
 """
 
 from __future__ import annotations
@@ -37,20 +39,34 @@ import httpx
 
 from bench.clients import RESPONSES, Endpoint, Stream, aggregate
 from bench.prompts import EXAMPLE_PATCH, NOUNS, WORKLOADS, Chat, edit
-from bench.servers import Row, alternate, table
+from bench.servers import Row, alternate, median, table
 from bench.vs_llama_server import LLAMA_SERVER, Setup
 
 SYSTEM = {"role": "system", "content": "You are a careful coding assistant."}
 CALL = ' Reply with only the call, as JSON: {"name": "read_files", "arguments": {"paths": [...]}}'
 EDITABLE = [noun for noun in NOUNS if noun not in EXAMPLE_PATCH]  # not the example's function
 NAMES = ("read_rows", "fetch_rows", "csv_rows", "rows_in", "parse_rows", "table_rows")
-QUESTIONS = (
+ASKED = 3  # chats a rep: one stream's chat moves ±15 % from one ask to the next on two cores
+MAX_REPS = len(NAMES)  # past it, a rep would ask what an earlier one did (`chats`)
+QUESTIONS = (  # three a rep, none asked twice in `MAX_REPS`
     "why does a Python dict lookup take constant time?",
     "what does a Python generator do that a list does not?",
     "why are Python strings immutable?",
     "what is the difference between a process and a thread?",
     "why does a hash table need a good hash function?",
     "what does a database index make faster, and what slower?",
+    "why does a TCP connection start with a handshake?",
+    "what does a Python decorator do?",
+    "why is floating-point addition not associative?",
+    "what does a lock protect in a multithreaded program?",
+    "why does a Git commit name its parent?",
+    "what is a closure in Python?",
+    "why does a CPU have caches?",
+    "what does garbage collection do in Python?",
+    "why do databases write a log before changing their tables?",
+    "what is the difference between a list and a tuple in Python?",
+    "why does binary search need a sorted list?",
+    "what does an HTTP status code of 404 mean?",
 )
 
 
@@ -58,23 +74,30 @@ QUESTIONS = (
 REFERENCES = {"off": "", "llama-server": "", "spec-default": "--spec-default"}
 
 
-def chats(rep: int) -> dict[str, list[Chat]]:
-    """Each workload's chats (one, or four at once) for rep `rep`: new each rep (another
-    function and another change to make, another name, other modules to read, another
-    question), so that no server drafts a reply from its own earlier one."""
-    pick = [EDITABLE[(3 * rep + i) % len(EDITABLE)] for i in range(7)]
+def chats(rep: int) -> dict[str, list[list[Chat]]]:
+    """Each workload's asks for rep `rep` (one, or for chat `ASKED` one after another), each
+    ask its chats run at once (one, or four): new each rep (another function and another change
+    to make, another name, other modules to read, other questions), so that no server drafts a
+    reply from its own earlier one."""
+    pick = [EDITABLE[(3 * rep + i) % len(EDITABLE)] for i in range(3)]
+    # five edits a rep (the patch's and the four streams'), no function with one change twice
+    edits = [(EDITABLE[k % len(EDITABLE)], k // len(EDITABLE)) for k in range(5 * rep, 5 * rep + 5)]
     one = {
-        "patch": edit(pick[0], rep),
+        "patch": edit(*edits[0]),
         "rewrite": WORKLOADS["rewrite"][0].replace("read_rows", NAMES[rep % len(NAMES)]),
         "tool call": WORKLOADS["tool call"][0].replace(
             "of refund and ledger", f"of {pick[1]} and {pick[2]}"
         )
         + CALL,
-        "chat": f"In a short paragraph: {QUESTIONS[rep % len(QUESTIONS)]}",
     }
-    out = {name: [[SYSTEM, {"role": "user", "content": text}]] for name, text in one.items()}
+    out = {name: [[[SYSTEM, {"role": "user", "content": text}]]] for name, text in one.items()}
+    questions = QUESTIONS[ASKED * rep : ASKED * (rep + 1)]
+    out["chat"] = [
+        [[SYSTEM, {"role": "user", "content": f"In a short paragraph: {question}"}]]
+        for question in questions
+    ]
     out["4 edit streams"] = [
-        [SYSTEM, {"role": "user", "content": edit(n, rep + 1)}] for n in pick[3:]
+        [[SYSTEM, {"role": "user", "content": edit(*each)}] for each in edits[1:]]
     ]
     return out
 
@@ -89,8 +112,9 @@ def drafts(endpoint: Endpoint) -> tuple[float, float]:
     return float(drafted), float(accepted)
 
 
-def figure(streams: list[Stream]) -> float:
-    return streams[0].decode_tps if len(streams) == 1 else aggregate(streams)
+def figure(asks: list[list[Stream]]) -> float:
+    """The median over the asks of one stream's decode tok/s, or of several streams' aggregate."""
+    return median(s[0].decode_tps if len(s) == 1 else aggregate(s) for s in asks)
 
 
 def main() -> None:
@@ -98,7 +122,7 @@ def main() -> None:
     options = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    options.add_argument("--reps", type=int, default=3)
+    options.add_argument("--reps", type=int, default=3, help=f"at most {MAX_REPS}")
     options.add_argument("--tokens", type=int, default=200, help="output tokens at most")
     options.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     options.add_argument(
@@ -111,6 +135,8 @@ def main() -> None:
     args = options.parse_args()
     against = args.against.split(",")
     names = args.workloads.split(",")
+    if not 1 <= args.reps <= MAX_REPS:
+        raise SystemExit(f"--reps: 1 to {MAX_REPS} (past it, a rep would ask what one did before)")
     if unknown := set(against) - set(REFERENCES) or set(names) - set(every):
         raise SystemExit(f"unknown: {', '.join(sorted(unknown))}")
     if not LLAMA_SERVER.exists() and set(against) - {"off"}:
@@ -135,7 +161,7 @@ def main() -> None:
             out, asked = {}, chats(n)
             for name in names:
                 before = drafts(endpoint)
-                out[name] = figure(endpoint.many(asked[name], args.tokens))
+                out[name] = figure([endpoint.many(ask, args.tokens) for ask in asked[name]])
                 if endpoint is oars:
                     after = drafts(endpoint)
                     counted[name][0] += after[0] - before[0]

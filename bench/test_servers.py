@@ -79,3 +79,18 @@ def test_thread_cpu_counts_each_thread_apart() -> None:
         worker.join()
     assert after[tids["burn"]] - before[tids["burn"]] >= 0.05
     assert after[tids["sleep"]] - before[tids["sleep"]] <= 0.01
+
+
+def test_every_rep_of_the_speculation_bench_asks_anew() -> None:
+    """llama-server `--spec-default` drafts from every earlier request's tokens: a rep that
+    asked what an earlier one did would time its replay of its own reply."""
+    from bench.speculation import MAX_REPS, chats
+
+    asked = [
+        chat[-1]["content"]
+        for rep in range(MAX_REPS)
+        for asks in chats(rep).values()
+        for ask in asks
+        for chat in ask
+    ]
+    assert len(set(asked)) == len(asked) == MAX_REPS * 10
