@@ -31,6 +31,8 @@ class Stream:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     output_tokens: int = 0
+    drafted: int = 0  # draft tokens llama-server verified, and accepted (its timings)
+    accepted: int = 0
     text: str = ""
     arrivals: list[float] = field(default_factory=list)  # of each text delta
 
@@ -93,8 +95,10 @@ def chat_event(event: dict[str, Any], stream: Stream, now: float) -> None:
     if event.get("usage"):
         stream.prompt_tokens = event["usage"]["prompt_tokens"]
         stream.output_tokens = event["usage"]["completion_tokens"]
-    if event.get("timings"):  # llama-server's
-        stream.cached_tokens = event["timings"].get("cache_n", 0)
+    if timings := event.get("timings"):  # llama-server's
+        stream.cached_tokens = timings.get("cache_n", 0)
+        stream.drafted = timings.get("draft_n", 0)
+        stream.accepted = timings.get("draft_n_accepted", 0)
 
 
 @dataclass(frozen=True)

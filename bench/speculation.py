@@ -24,7 +24,8 @@ and the ratio oars / the reference with the range of the reps' own ratios. Each 
 anew (another function to edit or name, other modules, other questions; hence at most 6 reps),
 so no server replays an earlier reply of its own (llama-server's n-gram drafts are shared
 across requests), while each prompt shares the file with the rep before: the figures are
-decode. oars's own drafts (from its `/metrics`) are reported per workload, summed over reps.
+decode. Each server's drafts (oars's from its `/metrics`, llama-server's from its timings) are
+reported per workload, summed over reps.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ EDITABLE = [noun for noun in NOUNS if noun not in EXAMPLE_PATCH]  # not the exam
 NAMES = ("read_rows", "fetch_rows", "csv_rows", "rows_in", "parse_rows", "table_rows")
 ASKED = 3  # chats a rep: one stream's chat moves ±15 % from one ask to the next on two cores
 MAX_REPS = len(NAMES)  # past it, a rep would ask what an earlier one did (`chats`)
-QUESTIONS = (  # three a rep, none asked twice in `MAX_REPS`
+QUESTIONS = (  # three a rep, none asked twice in `MAX_REPS`; each answered in 50-160 tokens
     "why does a Python dict lookup take constant time?",
     "what does a Python generator do that a list does not?",
     "why are Python strings immutable?",
@@ -59,12 +60,12 @@ QUESTIONS = (  # three a rep, none asked twice in `MAX_REPS`
     "what does a Python decorator do?",
     "why is floating-point addition not associative?",
     "what does a lock protect in a multithreaded program?",
-    "why does a Git commit name its parent?",
-    "what is a closure in Python?",
+    "why does each Git commit record its parent commit?",
+    "how does a Python closure keep the variables it uses?",
     "why does a CPU have caches?",
     "what does garbage collection do in Python?",
     "why do databases write a log before changing their tables?",
-    "what is the difference between a list and a tuple in Python?",
+    "why would a Python program use a tuple rather than a list?",
     "why does binary search need a sorted list?",
     "what does an HTTP status code of 404 mean?",
 )
@@ -103,9 +104,7 @@ def chats(rep: int) -> dict[str, list[list[Chat]]]:
 
 
 def drafts(endpoint: Endpoint) -> tuple[float, float]:
-    """oars's draft tokens verified and accepted so far (nothing for another server)."""
-    if endpoint.dialect is not RESPONSES:
-        return 0.0, 0.0
+    """oars's draft tokens verified and accepted so far, from its `/metrics`."""
     text = httpx.get(f"{endpoint.server.base}/metrics", timeout=10).text
     found = dict(re.findall(r"^(oars_draft_tokens\w*)_total\{[^}]*\} (\S+)$", text, re.M))
     drafted, accepted = (found.get(f"oars_draft_tokens{k}", "0") for k in ("", "_accepted"))
@@ -155,17 +154,25 @@ def main() -> None:
         oars_off = off.endpoints()[0]
         oars_off.server.name = "oars --speculation off"
         endpoints = (oars, *[oars_off] * ("off" in against), *llama)
-        counted: dict[str, list[float]] = {name: [0.0, 0.0] for name in names}
+        # each server's draft tokens verified and accepted, by workload: oars's from its
+        # metrics, llama-server's from its timings
+        counted = {e.name: {name: [0.0, 0.0] for name in names} for e in endpoints}
 
         def rep(endpoint: Endpoint, n: int) -> dict[str, float]:
-            out, asked = {}, chats(n)
+            out, asked, ours = {}, chats(n), endpoint.dialect is RESPONSES
             for name in names:
-                before = drafts(endpoint)
-                out[name] = figure([endpoint.many(ask, args.tokens) for ask in asked[name]])
-                if endpoint is oars:
-                    after = drafts(endpoint)
-                    counted[name][0] += after[0] - before[0]
-                    counted[name][1] += after[1] - before[1]
+                before = drafts(endpoint) if ours else (0.0, 0.0)
+                streams = [endpoint.many(ask, args.tokens) for ask in asked[name]]
+                out[name] = figure(streams)
+                every = [s for ask in streams for s in ask]
+                after = (
+                    drafts(endpoint)
+                    if ours
+                    else (sum(s.drafted for s in every), sum(s.accepted for s in every))
+                )
+                tally = counted[endpoint.name][name]
+                tally[0] += after[0] - before[0]
+                tally[1] += after[1] - before[1]
             return out
 
         for endpoint in endpoints:
@@ -188,8 +195,11 @@ def main() -> None:
             rows.append(row)
     print(f"oars (defaults) against each reference, median of {args.reps} alternating reps\n")
     print(table(rows, "reference"))
-    accepted = (f"{name} {int(a)}/{int(d)}" for name, (d, a) in counted.items())
-    print("\noars's drafts accepted, all reps: " + ", ".join(accepted))
+    print()
+    for server, tallies in counted.items():
+        if any(d for d, _ in tallies.values()):
+            accepted = (f"{name} {int(a)}/{int(d)}" for name, (d, a) in tallies.items())
+            print(f"{server}: draft tokens accepted, all reps: " + ", ".join(accepted))
     print(f"oars's {curve.split('oars.engine: ')[-1]}")
 
 
