@@ -177,11 +177,13 @@ CHANGES = (
 
 def edit(noun: str, change: int = 0) -> str:
     """An apply_patch edit (one of `CHANGES`) of the `parse_{noun}` function of
-    `records_module()`."""
+    `records_module()`. The example comes first: after the file, the default model copied the
+    example's patch (of `parse_coupon`) whatever function it was asked to edit."""
     return (
-        f"Here is shop/records.py:\n\n```python\n{records_module()}```\n\nIn parse_{noun}, "
-        f"{CHANGES[change % len(CHANGES)].format(noun=noun)}. Reply with only the patch, in the "
-        f"format of this example (another change, to another function):\n\n{EXAMPLE_PATCH}"
+        f"An example of the patch format (another change, to another function):\n\n"
+        f"{EXAMPLE_PATCH}\n\nHere is shop/records.py:\n\n```python\n{records_module()}```\n\n"
+        f"In parse_{noun}, {CHANGES[change % len(CHANGES)].format(noun=noun)}. Reply with only "
+        f"the patch to parse_{noun}, in that format."
     )
 
 
