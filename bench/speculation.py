@@ -80,14 +80,14 @@ def chats(rep: int) -> dict[str, list[list[Chat]]]:
     ask its chats run at once (one, or four): new each rep (another function and another change
     to make, another name, other modules to read, other questions), so that no server drafts a
     reply from its own earlier one."""
-    pick = [EDITABLE[(3 * rep + i) % len(EDITABLE)] for i in range(3)]
+    modules = [EDITABLE[(3 * rep + i) % len(EDITABLE)] for i in (1, 2)]  # for the tool call
     # five edits a rep (the patch's and the four streams'), no function with one change twice
     edits = [(EDITABLE[k % len(EDITABLE)], k // len(EDITABLE)) for k in range(5 * rep, 5 * rep + 5)]
     one = {
         "patch": edit(*edits[0]),
         "rewrite": WORKLOADS["rewrite"][0].replace("read_rows", NAMES[rep % len(NAMES)]),
         "tool call": WORKLOADS["tool call"][0].replace(
-            "of refund and ledger", f"of {pick[1]} and {pick[2]}"
+            "of refund and ledger", f"of {modules[0]} and {modules[1]}"
         )
         + CALL,
     }
