@@ -404,10 +404,11 @@ SEARCH = {
     "type": "function",
     "name": "search",
     "description": "Search one directory for a name.",
-    "parameters": {
+    "parameters": {  # bounded, as an agent's tools are: a call cannot run on copying a result
         "type": "object",
-        "properties": {"directory": {"type": "string"}},
+        "properties": {"directory": {"type": "string", "maxLength": 48}},
         "required": ["directory"],
+        "additionalProperties": False,
     },
 }
 
@@ -415,10 +416,11 @@ SEARCH = {
 def test_fifty_turns_of_tool_calls_stay_under_the_context_and_keep_the_task(server: str) -> None:
     """An agent loop of 50 tool calls on one socket (`store: false`), with `context_management`:
     the history would pass the 4,096-token context; compacted, every prompt stays under it, and
-    the model still names the task at the end. A call usually takes 17-24 tokens; the room for
-    more is for a turn that copies the last result's file list (one final answer did, in 82
-    tokens; one CI run's turn 19 went past 96): the small model's path at temperature 0 turns on
-    the numerics of its passes."""
+    the model still names the task at the end. A call usually takes 17-24 tokens. The small
+    model's path at temperature 0 turns on the numerics of its passes: one CI run's turn 23 wrote
+    a call's directory past 256 tokens, so the schema bounds it (48 characters, no other
+    property); the room left is for a final answer that copies the last result's file list (one
+    did, in 82 tokens)."""
     managed = {
         "store": False,
         "tools": [SEARCH],
