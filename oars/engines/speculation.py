@@ -140,7 +140,7 @@ class Drafter:
     of the last draft is still being copied, the tokens after it. A copy that breaks off goes
     on where the source does a token or two later (`_realign`), and what the sequence wrote
     there for a token of the source is drafted for it from then on (a rename; a listing's
-    line break written `", "`). The length comes from the sequence's own recent acceptance
+    line break written `", "`; a patch's wider indent). The length comes from the sequence's own recent acceptance
     and the engine's `PassCost`, so the schedule depends only on the sequence's own tokens
     and the engine's configuration, never on what runs beside it."""
 
@@ -164,6 +164,10 @@ class Drafter:
         # `load_orders` alone; a listing's line break written `", "`), learnt where a copy broke
         # off at it and went on after it
         self._renames: dict[tuple[int, int], tuple[int, ...]] = {}
+        # a token of the source the sequence rewrote the same way before two different tokens,
+        # drafted so wherever it recurs (a patch's context line indented one space more than
+        # the file's: the indent is one token, and the token after it differs on every line)
+        self._anywhere: dict[int, tuple[int, ...]] = {}
 
     def add(self, token: int) -> None:
         """A token the sequence sampled."""
@@ -211,7 +215,8 @@ class Drafter:
         sequence's last token is looked for among the source's first `_REALIGN` tokens from
         where the copy broke; the copy resumes after it, and the miss at the break is taken
         back from the sequence's record. Where one source token was written as up to
-        `_RENAME` others, they are drafted for it from then on (`_renames`)."""
+        `_RENAME` others, they are drafted for it from then on before the same next token
+        (`_renames`), and before any once it was written alike before two (`_anywhere`)."""
         if self._broke is None:
             return None
         broke, at = self._broke
@@ -226,14 +231,22 @@ class Drafter:
         self._broke = None
         self._misses = max(0.0, self._misses - 1.0)  # the copy goes on: its break is forgiven
         if found[0] == 1 and 1 <= n - 1 - at <= _RENAME:  # one token written as others
-            self._renames[int(t[broke]), int(t[broke + 1])] = tuple(int(x) for x in t[at : n - 1])
+            token, written = int(t[broke]), tuple(int(x) for x in t[at : n - 1])
+            if any(k[0] == token and w == written for k, w in self._renames.items()):
+                self._anywhere[token] = written
+            self._renames[token, int(t[broke + 1])] = written
         return broke + int(found[0]) + 1
 
     def _renamed(self, position: int) -> tuple[int, ...] | None:
         """What the sequence writes for the token at `position`, if it renames it."""
-        if not self._renames or position + 1 >= self._n:
+        if not self._renames:
             return None
-        return self._renames.get((int(self._tokens[position]), int(self._tokens[position + 1])))
+        token = int(self._tokens[position])
+        if position + 1 < self._n:
+            written = self._renames.get((token, int(self._tokens[position + 1])))
+            if written is not None:
+                return written
+        return self._anywhere.get(token)
 
     def _copy(self, source: int, skip: int, length: int) -> np.ndarray:
         """The source's next `length` tokens (those there are) as the sequence writes them,
@@ -283,7 +296,10 @@ class Drafter:
         missed, part = self._after(source, skip, accepted)  # where the copy stands there
         renamed = accepted < len(copied) and part == 0 and self._renamed(missed) is not None
         if renamed and came[accepted] == self._tokens[missed]:  # a rename not made this time
-            self._renames.pop((int(self._tokens[missed]), int(self._tokens[missed + 1])))
+            token = int(self._tokens[missed])
+            if missed + 1 < n:
+                self._renames.pop((token, int(self._tokens[missed + 1])), None)
+            self._anywhere.pop(token, None)
         # a verified draft ends at its first miss; a shadow one is met a token a pass
         self._hits += min(accepted, drafted)
         self._misses += accepted < min(drafted, len(came))

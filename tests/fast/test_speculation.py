@@ -139,6 +139,23 @@ def test_a_rename_breaks_a_copy_once_and_is_drafted_after() -> None:
     assert misses == 1, (drafts, misses)
 
 
+def test_a_token_rewritten_alike_before_two_others_is_drafted_so_wherever_it_recurs() -> None:
+    """A patch's context lines are indented one space more than the file's: the indent is one
+    token, and the token after it differs on every line. Rewritten alike on two lines, it is
+    drafted rewritten on every later line; a line that keeps the file's indent drops that."""
+    newline, indent, wider = 1, 2, 3
+    lines = [[newline, indent, *(100 * k + i for k in range(1, 6))] for i in range(12)]
+    file = [t for line in lines for t in line]
+    patch = [wider if t == indent else t for t in file]
+    start = [*file, 50, *patch[:7]]  # the file, then the patch's first line
+    assert verify(drafter(start), patch[7:])[1] == 2  # the second line's break, the third's
+    kept = patch[7:42] + file[42:]  # lines 6 on keep the file's indent
+    assert verify(drafter(start), kept)[1] == 3
+    # rewritten before one other token only, it is copied as it was before the rest
+    d = drafter([*lines[0], *lines[1], *lines[2], 50, *lines[0]])
+    assert verify(d, [newline, wider, *lines[1][2:], *lines[2]])[1] == 1
+
+
 def test_a_copy_goes_on_right_after_a_token_replaced_dropped_or_added() -> None:
     body = list(range(100, 160))
 
