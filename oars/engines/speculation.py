@@ -61,7 +61,11 @@ _REALIGN = 4  # how far past a break a copy is looked for again (see `Drafter._r
 _RENAME = 3  # the most tokens a rename writes for one
 _COPY = KEY + 2  # a copy this long that breaks off is looked for again past the break
 _PROBE_PROMPT = 64  # tokens in the memory while the curve is measured
-_PROBE_REPS = 2
+# Rounds in which each size is timed once and one row (every ratio's base) twice, the fastest
+# of each kept. Two rounds that timed one row once each: a start on the idle box (run G,
+# docs/benchmarks.md) measured 2 rows at 1.19× one row and 8 at 3.04×, where five other starts
+# that hour measured 1.76-1.97× and 4.53-5.67×, and chat ran at 0.94 of no drafts.
+_PROBE_REPS = 3
 # A pass of several rows does more work than one of a row: a curve where one costs under this
 # much of it was measured with the one-row passes stalled (a busy machine: 8 rows at 0.12 of
 # one row, measured beside a test suite on two cores), and is measured again, up to
@@ -108,19 +112,21 @@ class PassCost:
         cls, context: Context, seq: int, clock: Callable[[], float] = time.perf_counter
     ) -> PassCost | None:
         """Time passes of 1 to `MAX_DRAFT + 1` rows of sequence `seq` after a short prompt,
-        the fastest of `_PROBE_REPS` each (of every try, see `_FLOOR`), cutting the rows off
-        again after each. None when the memory cannot drop a suffix (a recurrent or hybrid
+        the fastest of `_PROBE_REPS` rounds each (of every try, see `_FLOOR`), cutting the rows
+        off again after each. None when the memory cannot drop a suffix (a recurrent or hybrid
         model): no speculation then."""
         from oars.engines.batching import Feed
 
         prompt = [(17 * i) % 1000 + 100 for i in range(_PROBE_PROMPT)]
         rows = prompt[: MAX_DRAFT + 1]
+        half = len(rows) // 2
+        sizes = [1, *range(2, half + 1), 1, *range(half + 1, len(rows) + 1)]
         context.decode([Feed(seq, prompt, 0, False)])
         best = [float("inf")] * len(rows)
         try:
             for _ in range(_PROBE_TRIES):
                 for _ in range(_PROBE_REPS):
-                    for k in range(1, len(rows) + 1):
+                    for k in sizes:
                         began = clock()
                         context.decode([Feed(seq, rows[:k], _PROBE_PROMPT, True, k - 1)])
                         best[k - 1] = min(best[k - 1], clock() - began)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from oars.engines.batching import Batcher, Feed
-from oars.engines.speculation import MAX_DRAFT, Drafter, PassCost
+from oars.engines.speculation import _PROBE_REPS, MAX_DRAFT, Drafter, PassCost
 from tests.fast.test_batching import VOCAB, FakeContext, FakeWork, prompt, run
 
 FLAT = PassCost.flat()  # a GPU's: extra rows cost nothing
@@ -265,29 +265,36 @@ def test_the_curve_is_measured_on_the_context_and_leaves_it_empty() -> None:
 
 class Stalling(FakeContext):
     """A fake context whose passes take a tick a row on a clock of its own, and whose first
-    `stalls` passes of one row take 100 more (the thread descheduled on a busy machine)."""
+    `stalls` passes of one row take `delay` more (the thread descheduled on a busy machine)."""
 
-    def __init__(self, stalls: int) -> None:
+    def __init__(self, stalls: int, delay: float = 100) -> None:
         super().__init__(1)
-        self.now, self.stalls = 0.0, stalls
+        self.now, self.stalls, self.delay = 0.0, stalls, delay
 
     def decode(self, feeds: Sequence[Feed]) -> None:
         super().decode(feeds)
         rows = sum(len(feed.tokens) for feed in feeds)
         self.now += rows
         if rows == 1 and self.stalls:
-            self.now, self.stalls = self.now + 100, self.stalls - 1
+            self.now, self.stalls = self.now + self.delay, self.stalls - 1
 
     def clock(self) -> float:
         return self.now
 
 
 def test_a_curve_measured_with_stalled_passes_is_measured_again_or_drafts_nothing() -> None:
+    linear = tuple(float(k) for k in range(1, MAX_DRAFT + 2))
+    # one row is timed twice a round: a round whose one-row passes were slow, by a lot or by
+    # half a row, does not flatten the curve (timed once a round, in two rounds, the half row
+    # left 2 rows at 1.33× one row)
+    for delay in (100, 0.5):
+        context = Stalling(stalls=2, delay=delay)
+        cost = PassCost.measure(context, 0, context.clock)
+        assert cost is not None and cost.steady and cost.relative == linear, delay
     # every one-row pass of the first try stalled: the second try's are kept
-    context = Stalling(stalls=2)
+    context = Stalling(stalls=2 * _PROBE_REPS)
     cost = PassCost.measure(context, 0, context.clock)
-    assert cost is not None and cost.steady
-    assert cost.relative == tuple(float(k) for k in range(1, MAX_DRAFT + 2))
+    assert cost is not None and cost.steady and cost.relative == linear
     # stalled on every try: the rows are taken to cost what they do alone, and nothing pays
     context = Stalling(stalls=1000)
     cost = PassCost.measure(context, 0, context.clock)
