@@ -146,9 +146,9 @@ class Drafter:
     of the last draft is still being copied, the tokens after it. A copy that breaks off goes
     on where the source does a token or two later (`_realign`), and what the sequence wrote
     there for a token of the source is drafted for it from then on (a rename; a listing's
-    line break written `", "`; a patch's wider indent). The length comes from the sequence's own recent acceptance
-    and the engine's `PassCost`, so the schedule depends only on the sequence's own tokens
-    and the engine's configuration, never on what runs beside it."""
+    line break written `", "`; a patch's wider indent). The length comes from the sequence's
+    own recent acceptance and the engine's `PassCost`, so the schedule depends only on the
+    sequence's own tokens and the engine's configuration, never on what runs beside it."""
 
     def __init__(self, prompt: Sequence[int], room: int, cost: PassCost) -> None:
         self._tokens = np.empty(len(prompt) + room + 1, dtype=np.int32)
