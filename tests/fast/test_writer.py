@@ -723,7 +723,9 @@ def test_the_loop_leaves_the_wal_to_the_lanes_thread(tmp_path: Path, monkeypatch
     assert asyncio.run(go(500)) > 6_000_000
     monkeypatch.setattr(lanes, "_CHECKPOINT_SECONDS", 0.0)
     monkeypatch.setattr(lanes, "_WAL_FRAMES", 100)  # pages: 400 KB of 4 KB ones
-    assert asyncio.run(go(501)) < 2_000_000
+    # well under the 6 MB without: a checkpoint lags its bound on a busy box (a full suite's run
+    # on two cores reached 2.09 MB)
+    assert asyncio.run(go(501)) < 3_000_000
 
     async def where() -> list[str]:
         monkeypatch.setattr(lanes, "_CHECKPOINT_SECONDS", 1e9)
