@@ -38,7 +38,7 @@ from bench.prompts import WORKLOADS
 from oars.chat_template import ChatTemplate
 from oars.engines.batching import Feed
 from oars.engines.llama_context import LlamaContext, LlamaLog
-from oars.engines.speculation import MAX_DRAFT, Drafter, PassCost
+from oars.engines.speculation import MAX_DRAFT, Drafter, Indents, PassCost
 from oars.weights import pull
 
 SIZES = (1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 32, 64)  # 5, 7, 9: the rows of drafts of 4, 6, 8
@@ -68,6 +68,8 @@ class Model:
         )  # fmt: skip
         meta = self.vocab_llm.metadata
         self.template = ChatTemplate(meta["tokenizer.chat_template"])
+        pieces = (self.vocab_llm.detokenize([t], special=True) for t in range(self.n_vocab))
+        self.indents = Indents([bytes(piece) for piece in pieces])
 
     def prompt(self, text: str, tools: list[dict[str, Any]], opening: str) -> list[int]:
         messages = [{"role": "system", "content": "You are a careful coding assistant."}]
@@ -207,10 +209,12 @@ def replay(
     return r
 
 
-def replay_drafter(prompt: list[int], out: list[int], cost: PassCost) -> Replay:
+def replay_drafter(
+    prompt: list[int], out: list[int], cost: PassCost, indents: Indents | None = None
+) -> Replay:
     """The engine's own `Drafter` (this tree's), fed as the batcher feeds it: a draft each pass
     of at most the tokens left, its tokens kept up to the first that differs, and one more."""
-    drafter, r = Drafter(prompt, len(out) + 1, cost), Replay()
+    drafter, r = Drafter(prompt, len(out) + 1, cost, indents), Replay()
     while r.emitted < len(out):
         draft = drafter.draft(len(out) - r.emitted)
         want = out[r.emitted :]
@@ -284,7 +288,7 @@ def main() -> None:
     cost = PassCost(tuple(c(k) for k in range(1, MAX_DRAFT + 2)))  # on the curve above
     cells = []
     for w in names:
-        r = replay_drafter(prompts[w], outs[w], cost)
+        r = replay_drafter(prompts[w], outs[w], cost, m.indents)
         rate = r.accepted / r.drafted if r.drafted else 0.0
         cells.append(f"{rate:.0%} · {r.emitted / r.passes:.2f} · {r.emitted / r.cost:.2f}×")
     print("| oars's `Drafter` | " + " | ".join(cells) + " |")

@@ -31,7 +31,7 @@ from oars.engines.handover import Handover, Inbox
 from oars.engines.llama_context import LlamaContext, LlamaLog
 from oars.engines.prefix_store import PrefixStore
 from oars.engines.sequence import Prepared, SequenceDecoder
-from oars.engines.speculation import MAX_DRAFT, PassCost
+from oars.engines.speculation import MAX_DRAFT, Indents, PassCost
 from oars.errors import ContextLengthExceeded, EngineError, InvalidRequest
 from oars.families import Constraint, family_of
 from oars.families.detect import parameters
@@ -151,6 +151,7 @@ class LlamaEngine:
             flash_attn=flash_attn,
         )
         self.speculation: PassCost | None = None  # set on the engine's thread, before it serves
+        self.indents = Indents(self._pieces)  # for drafts of a copy indented otherwise
         store = None
         if prefix_folder is not None and prefix_bytes > 0:
             key = self._fingerprint(path, n_ctx, flash_attn)

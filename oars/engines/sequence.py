@@ -20,7 +20,7 @@ from oars.engines.base import Opened
 from oars.engines.batching import Place
 from oars.engines.grammar import Grammars, TokenMask
 from oars.engines.sampler import log_softmax, penalize, sample, top_indices
-from oars.engines.speculation import Drafter, PassCost
+from oars.engines.speculation import Drafter, Indents, PassCost
 from oars.families import Plan
 from oars.generation import EngineChunk, FinishReason, TokenLogprob, TopLogprob, Usage
 from oars.parsing.holdback import split_holdback
@@ -59,6 +59,9 @@ class Model(Protocol):
 
     @property
     def speculation(self) -> PassCost | None: ...  # None: no drafts
+
+    @property
+    def indents(self) -> Indents | None: ...  # the vocabulary's indents, for drafts
 
     def banned_openings(self, prefixes: tuple[str, ...]) -> np.ndarray: ...
 
@@ -153,7 +156,7 @@ class SequenceDecoder:
         self.budget = min(room, self.params.max_output_tokens or room)
         self.history = list(self.prompt[-_PENALTY_WINDOW:])
         if (cost := self.engine.speculation) is not None:
-            self.drafter = Drafter(self.prompt, self.budget, cost)
+            self.drafter = Drafter(self.prompt, self.budget, cost, self.engine.indents)
         grammar, plan = self.prepared.grammar, self.prepared.plan
         constraint = plan.constraint if plan is not None else None
         if grammar is not None and constraint is not None and constraint.triggers:

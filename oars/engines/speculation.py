@@ -140,17 +140,53 @@ class PassCost:
         return cls.linear()
 
 
+class Indents:
+    """The vocabulary's tokens made of one whitespace character repeated (`'    '`), so that a
+    copy indented some spaces more or less than its source is drafted so on every line: a
+    patch writes each context line one space further in than the file, a moved block four. A
+    tokenizer has one token a width, so each width would otherwise be learnt line by line."""
+
+    def __init__(self, pieces: Sequence[bytes]) -> None:
+        self._runs = {
+            token: (piece[0], len(piece))
+            for token, piece in enumerate(pieces)
+            if piece and piece[0] in b" \t" and piece == piece[:1] * len(piece)
+        }
+        self._tokens = {run: token for token, run in self._runs.items()}
+        self._inverse: dict[int, dict[int, int]] = {}
+
+    def shift(self, token: int, written: int) -> int:
+        """How many characters wider `written` is than `token`, where both are runs of one
+        whitespace character; 0 otherwise."""
+        a, b = self._runs.get(token), self._runs.get(written)
+        return b[1] - a[1] if a is not None and b is not None and a[0] == b[0] else 0
+
+    def shifted(self, token: int, by: int) -> int | None:
+        """The token `by` characters wider than `token`, if `token` is a run and that exists."""
+        run = self._runs.get(token)
+        return None if run is None else self._tokens.get((run[0], run[1] + by))
+
+    def sources(self, by: int) -> dict[int, int]:
+        """Each run's token, shifted `by`: the token it was shifted from."""
+        if by not in self._inverse:
+            self._inverse[by] = {w: t for t in self._runs if (w := self.shifted(t, by)) is not None}
+        return self._inverse[by]
+
+
 class Drafter:
     """One sequence's drafts: the tokens that followed an earlier occurrence of its last `KEY`
     tokens in its prompt and output (the one sharing the most context), or, while the source
     of the last draft is still being copied, the tokens after it. A copy that breaks off goes
     on where the source does a token or two later (`_realign`), and what the sequence wrote
     there for a token of the source is drafted for it from then on (a rename; a listing's
-    line break written `", "`; a patch's wider indent). The length comes from the sequence's
+    line break written `", "`; a patch's wider indent, on every line once seen on one,
+    `Indents`). The length comes from the sequence's
     own recent acceptance and the engine's `PassCost`, so the schedule depends only on the
     sequence's own tokens and the engine's configuration, never on what runs beside it."""
 
-    def __init__(self, prompt: Sequence[int], room: int, cost: PassCost) -> None:
+    def __init__(
+        self, prompt: Sequence[int], room: int, cost: PassCost, indents: Indents | None = None
+    ) -> None:
         self._tokens = np.empty(len(prompt) + room + 1, dtype=np.int32)
         self._tokens[: len(prompt)] = prompt
         self._n = len(prompt)
@@ -174,6 +210,11 @@ class Drafter:
         # drafted so wherever it recurs (a patch's context line indented one space more than
         # the file's: the indent is one token, and the token after it differs on every line)
         self._anywhere: dict[int, tuple[int, ...]] = {}
+        # the indent shift seen where a copy broke off at an indent and went on after it
+        # (`Indents`): every indent of the source is drafted that much wider, until a copy
+        # where the sequence keeps one as it was
+        self._indents = indents
+        self._shift = 0
 
     def add(self, token: int) -> None:
         """A token the sequence sampled."""
@@ -241,23 +282,34 @@ class Drafter:
             if any(k[0] == token and w == written for k, w in self._renames.items()):
                 self._anywhere[token] = written
             self._renames[token, int(t[broke + 1])] = written
+            if self._indents is not None and len(written) == 1:
+                self._shift = self._indents.shift(token, written[0]) or self._shift
         return broke + int(found[0]) + 1
 
     def _renamed(self, position: int) -> tuple[int, ...] | None:
         """What the sequence writes for the token at `position`, if it renames it."""
-        if not self._renames:
+        if not self._rewriting:
             return None
         token = int(self._tokens[position])
         if position + 1 < self._n:
             written = self._renames.get((token, int(self._tokens[position + 1])))
             if written is not None:
                 return written
-        return self._anywhere.get(token)
+        written = self._anywhere.get(token)
+        if written is None and self._shift and self._indents is not None:
+            wider = self._indents.shifted(token, self._shift)
+            written = None if wider is None else (wider,)
+        return written
+
+    @property
+    def _rewriting(self) -> bool:
+        """The sequence writes some token of its sources as others (a rename, an indent)."""
+        return bool(self._renames) or self._shift != 0
 
     def _copy(self, source: int, skip: int, length: int) -> np.ndarray:
         """The source's next `length` tokens (those there are) as the sequence writes them,
         from `source` with `skip` tokens of its rename written already."""
-        if not self._renames:
+        if not self._rewriting:
             return self._tokens[source : min(source + length, self._n)]
         out: list[int] = []
         while len(out) < length and source < self._n:
@@ -269,7 +321,7 @@ class Drafter:
     def _after(self, source: int, skip: int, count: int) -> tuple[int, int]:
         """Where a copy from `source` (`skip` of its rename written) stands `count` tokens on:
         the position, and the tokens of its rename written already."""
-        if not self._renames:
+        if not self._rewriting:
             return source + count, 0
         while count:
             size = len(self._renamed(source) or (0,))
@@ -280,11 +332,25 @@ class Drafter:
         return source, skip
 
     def _run(self, source: int) -> int:
-        """How many tokens before `source` equal the sequence's last ones (up to `_RUN`)."""
-        t, n, run = self._tokens, self._n, 0
-        while run < min(_RUN, source) and t[source - 1 - run] == t[n - 1 - run]:
-            run += 1
-        return run
+        """How many of the sequence's last tokens (up to `_RUN`) copy the tokens before
+        `source`, each as the sequence writes it (a patch's context lines, each indented one
+        space more than the file's, are one run, not a run a line)."""
+        t, run, at, end = self._tokens, 0, source - 1, self._n - 1
+        while run < _RUN and at >= 0:
+            written = self._renamed(at)
+            size = len(written) if written is not None else 0
+            if (
+                written is not None
+                and size <= end + 1
+                and tuple(t[end + 1 - size : end + 1]) == written
+            ):
+                run, end = run + size, end - size
+            elif t[at] == t[end]:
+                run, end = run + 1, end - 1
+            else:
+                break
+            at -= 1
+        return min(run, _RUN)
 
     def _settle(self) -> None:
         """Learn from the last draft what the sequence sampled after it, and fade the record."""
@@ -306,6 +372,8 @@ class Drafter:
             if missed + 1 < n:
                 self._renames.pop((token, int(self._tokens[missed + 1])), None)
             self._anywhere.pop(token, None)
+            if self._indents is not None and self._indents.shifted(token, self._shift):
+                self._shift = 0
         # a verified draft ends at its first miss; a shadow one is met a token a pass
         self._hits += min(accepted, drafted)
         self._misses += accepted < min(drafted, len(came))
@@ -328,19 +396,32 @@ class Drafter:
         """Where the tokens after an earlier occurrence of the last `KEY` begin: of those
         whose tokens before the key also equal the sequence's (up to `_CONTEXT`), the one
         that shares the most; of equals, the most recent. A file's functions share their
-        docstrings' first words, and the one being copied shares its name as well."""
+        docstrings' first words, and the one being copied shares its name as well. A token
+        the sequence writes for another wherever it recurs (`_anywhere`) matches that one
+        too: after a patch's wider indent, the line is found in the file at once."""
         n, t = self._n, self._tokens
         if n <= KEY:
             return None
-        match = t[: n - KEY] == t[n - KEY]
+        alike = self._sources()
+        match = alike(t[: n - KEY], t[n - KEY])
         for i in range(1, KEY):
-            match &= t[i : n - KEY + i] == t[n - KEY + i]
+            match &= alike(t[i : n - KEY + i], t[n - KEY + i])
         found = np.flatnonzero(match)
         back = 1
         while found.size > 1 and back <= min(_CONTEXT, n - KEY - 1):
             further = found[found >= back]
-            further = further[t[further - back] == t[n - KEY - back]]
+            further = further[alike(t[further - back], t[n - KEY - back])]
             if not further.size:
                 break
             found, back = further, back + 1
         return int(found[-1]) + KEY if found.size else None
+
+    def _sources(self) -> Callable[[np.ndarray, int], np.ndarray]:
+        """Which of some tokens of the context the sequence's `token` copies: the equal ones,
+        and those it writes as that one token wherever they recur."""
+        by = {w[0]: k for k, w in self._anywhere.items() if len(w) == 1}
+        if self._shift and self._indents is not None:
+            by = {**self._indents.sources(self._shift), **by}
+        if not by:
+            return lambda tokens, token: tokens == token
+        return lambda tokens, token: (tokens == token) | (tokens == by.get(int(token), token))

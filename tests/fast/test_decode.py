@@ -32,6 +32,7 @@ class FakeEngine:
     n_ctx: int = 4096
     grammars: None = None
     speculation: None = None
+    indents: None = None
 
     def is_end(self, token: int) -> bool:
         return token in (EOS, CALL_END)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from oars.engines.batching import Batcher, Feed
-from oars.engines.speculation import _PROBE_REPS, MAX_DRAFT, Drafter, PassCost
+from oars.engines.speculation import _PROBE_REPS, MAX_DRAFT, Drafter, Indents, PassCost
 from tests.fast.test_batching import VOCAB, FakeContext, FakeWork, prompt, run
 
 FLAT = PassCost.flat()  # a GPU's: extra rows cost nothing
@@ -154,6 +154,47 @@ def test_a_token_rewritten_alike_before_two_others_is_drafted_so_wherever_it_rec
     # rewritten before one other token only, it is copied as it was before the rest
     d = drafter([*lines[0], *lines[1], *lines[2], 50, *lines[0]])
     assert verify(d, [newline, wider, *lines[1][2:], *lines[2]])[1] == 1
+
+
+def test_a_copy_indented_wider_on_one_line_is_drafted_wider_at_every_depth() -> None:
+    """A patch writes every context line one space further in than the file, at whatever
+    depth: each width is its own token. Once the sequence widened one indent, every indent
+    of the file is drafted that much wider (without the vocabulary's indents each width and
+    each line broke the copy until it was seen twice); a line that keeps the file's indent
+    drops that, and a fresh match after a wider indent is found in the file at once."""
+    newline, four, five, eight, nine, tab, two_tabs = 1, 2, 3, 4, 5, 6, 7
+    pieces = [b"x", b"\n", b" " * 4, b" " * 5, b" " * 8, b" " * 9, b"\t", b"\t\t"]
+    indents = Indents(pieces)
+    assert (indents.shift(four, five), indents.shift(nine, four), indents.shift(tab, two_tabs)) == (
+        1,
+        -5,
+        1,
+    )
+    assert indents.shift(four, tab) == 0 and indents.shifted(eight, 1) == nine
+    assert indents.shifted(nine, 1) is None and indents.shifted(100, 1) is None
+    wider = {four: five, eight: nine}
+    lines = [
+        [newline, four if i % 2 == 0 else eight, *(100 * k + i for k in range(1, 6))]
+        for i in range(12)
+    ]
+    file = [t for line in lines for t in line]
+    patch = [wider.get(t, t) for t in file]
+    start = [*file, 50, *patch[:7]]  # the file, then the patch's first line
+
+    def widened(indents: Indents | None) -> Drafter:
+        return Drafter(start, 1000, FLAT, indents)
+
+    assert verify(widened(indents), patch[7:])[1] == 1  # the second line's break only
+    assert verify(widened(None), patch[7:])[1] == 4  # each width's first two lines
+    kept = patch[7:42] + file[42:]  # lines 6 on keep the file's indent
+    assert verify(widened(indents), kept)[1] == 2
+    # a line of its own, then a line of the file: the sequence's last three tokens, a wider
+    # indent and two words, are found in the file
+    d = widened(indents)
+    verify(d, patch[7:21])
+    for token in (newline, five, 7, 8, newline, nine, 105, 205):
+        d.add(token)
+    assert d.draft(3) == (305, 405)  # two: the run since the line of its own is four tokens
 
 
 def test_a_copy_goes_on_right_after_a_token_replaced_dropped_or_added() -> None:
