@@ -179,10 +179,10 @@ class Drafter:
     of the last draft is still being copied, the tokens after it. A copy that breaks off goes
     on where the source does a token or two later (`_realign`), and what the sequence wrote
     there for a token of the source is drafted for it from then on (a rename; a listing's
-    line break written `", "`; a patch's wider indent, on every line once seen on one,
-    `Indents`). The length comes from the sequence's
-    own recent acceptance and the engine's `PassCost`, so the schedule depends only on the
-    sequence's own tokens and the engine's configuration, never on what runs beside it."""
+    line break written `", "`; a patch's wider indent, at every depth once seen at one,
+    `Indents`). The length comes from the sequence's own recent acceptance and the engine's
+    `PassCost`, so the schedule depends only on the sequence's own tokens and the engine's
+    configuration, never on what runs beside it."""
 
     def __init__(
         self, prompt: Sequence[int], room: int, cost: PassCost, indents: Indents | None = None
@@ -397,8 +397,9 @@ class Drafter:
         whose tokens before the key also equal the sequence's (up to `_CONTEXT`), the one
         that shares the most; of equals, the most recent. A file's functions share their
         docstrings' first words, and the one being copied shares its name as well. A token
-        the sequence writes for another wherever it recurs (`_anywhere`) matches that one
-        too: after a patch's wider indent, the line is found in the file at once."""
+        the sequence writes for another wherever it recurs (`_anywhere`, an indent shift)
+        matches that one too: after a patch's wider indent, the line is found in the file at
+        once."""
         n, t = self._n, self._tokens
         if n <= KEY:
             return None
