@@ -372,8 +372,9 @@ class Drafter:
             if missed + 1 < n:
                 self._renames.pop((token, int(self._tokens[missed + 1])), None)
             self._anywhere.pop(token, None)
-            if self._indents is not None and self._indents.shifted(token, self._shift):
-                self._shift = 0
+            indents, shift = self._indents, self._shift
+            if shift and indents is not None and indents.shifted(token, shift) is not None:
+                self._shift = 0  # an indent kept as it was
         # a verified draft ends at its first miss; a shadow one is met a token a pass
         self._hits += min(accepted, drafted)
         self._misses += accepted < min(drafted, len(came))

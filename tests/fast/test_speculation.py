@@ -165,11 +165,8 @@ def test_a_copy_indented_wider_on_one_line_is_drafted_wider_at_every_depth() -> 
     newline, four, five, eight, nine, tab, two_tabs = 1, 2, 3, 4, 5, 6, 7
     pieces = [b"x", b"\n", b" " * 4, b" " * 5, b" " * 8, b" " * 9, b"\t", b"\t\t"]
     indents = Indents(pieces)
-    assert (indents.shift(four, five), indents.shift(nine, four), indents.shift(tab, two_tabs)) == (
-        1,
-        -5,
-        1,
-    )
+    assert indents.shift(four, five) == 1 and indents.shift(nine, four) == -5
+    assert indents.shift(tab, two_tabs) == 1
     assert indents.shift(four, tab) == 0 and indents.shifted(eight, 1) == nine
     assert indents.shifted(nine, 1) is None and indents.shifted(100, 1) is None
     wider = {four: five, eight: nine}
