@@ -56,6 +56,11 @@ _FADE = 0.98
 _SHADOW = 5
 _GAIN = 1.2  # what a draft must promise a unit of cost against none (the curve is noisy)
 _RUN = MAX_DRAFT + KEY - 1  # a run this long allows the longest draft
+# A new match in the sequence's own output drafts only where the run is this long: a reply
+# says its own phrases again without going on as it did (chat's new matches in its output,
+# replayed on the bench's greedy replies: 29-50 % missed their first token, whatever the
+# run), where an agent copies its prompt
+_OWN_RUN = 8
 _CONTEXT = 32  # tokens before a match compared to choose among matches
 _REALIGN = 4  # how far past a break a copy is looked for again (see `Drafter._realign`)
 _RENAME = 3  # the most tokens a rename writes for one
@@ -189,7 +194,7 @@ class Drafter:
     ) -> None:
         self._tokens = np.empty(len(prompt) + room + 1, dtype=np.int32)
         self._tokens[: len(prompt)] = prompt
-        self._n = len(prompt)
+        self._n = self._prompt = len(prompt)
         self._cost = cost
         self._hits = self._misses = 0.0
         self._seen = self._n  # tokens counted into the record
@@ -242,6 +247,8 @@ class Drafter:
         if source is None:
             return ()
         run = max(run, self._run(source))
+        if run < _OWN_RUN and source >= self._prompt:  # (a new match: not a copy going on)
+            return ()
         self._copied = max(self._copied, run)
         longest = min(limit, run - KEY + 1)
         drafted = self._cost.best_draft(self.acceptance, longest)

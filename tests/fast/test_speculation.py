@@ -79,6 +79,22 @@ def test_a_match_too_short_to_draft_from_is_looked_for_again_next_token() -> Non
     assert d.draft(MAX_DRAFT) == (40, 41, 3)  # a run of 6 behind it: 3 tokens pay
 
 
+def test_a_reply_saying_its_own_words_again_drafts_from_them_only_after_a_long_run() -> None:
+    phrase = list(range(1, 10))
+    # in the prompt, the key alone drafts a token where rows are free
+    assert drafter([*phrase, 50, 1, 2, 3]).draft(4) == (4,)
+    # in the sequence's own output, nothing until 8 tokens match
+    d = drafter([50])
+    for token in [*phrase, 60, 1, 2, 3]:
+        d.add(token)
+    assert d.draft(4) == ()
+    for token in (4, 5, 6, 7):
+        d.add(token)
+        assert d.draft(4) == ()
+    d.add(8)
+    assert d.draft(4) == (9, 60, 1, 2)
+
+
 def test_a_draft_follows_its_source_while_the_sequence_copies_it() -> None:
     tokens = [70, 71, 72, 1, 2, 3, 4, 5, 6, 7, 8, 20, 5, 6, 7, 30, 21, 70, 71, 72, 1, 2, 3]
     d = drafter(tokens)
