@@ -8,7 +8,10 @@ token and each token arrive, at 1 and at 64 streams?
 Two source trees (before, after) each serve the scripted engine (no model: the store and the
 event path are all there is to measure) at a fixed pace, with a SQLite file or a PostgreSQL
 database; the two are run in rotation, and the table gives the median and p99 of the time to
-the first delta and of the gap between deltas, after against before.
+the first delta and of the gap between deltas, after against before. The client's 64 streams
+share the box's cores with the server, so its first deltas also wait for its own loop: each
+server also times every response's first delta itself, from its event log's start to the
+delta's release (`first delta, in the server`).
 
     python -m bench.lab.durable_release --before TREE|unheld --after TREE [--streams 1,64]
         [--reps 3] [--store sqlite|postgresql://USER@HOST:PORT/DB]
@@ -29,12 +32,16 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 if TYPE_CHECKING:
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+
     from bench.servers import Server
 
 TOKENS = 60
@@ -56,8 +63,57 @@ def serve(port: int, store: str, delay: float, held: bool) -> None:
         EventLog.hold = lambda self, wanted: None  # type: ignore[method-assign]
     engine = ScriptedEngine([f"w{i} " for i in range(TOKENS)], delay=delay)
     app = create_app(ResponsesService(engine), SqlStore(store))
+    app.add_route("/bench/first-deltas", _first_deltas())
     settle_heap()  # as `oars serve` does: a full collection paused every stream 160 ms
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+
+
+def _first_deltas() -> Callable[[Request], Awaitable[JSONResponse]]:
+    """Time each response's first delta in the server, from its event log's start to the
+    delta's release (a held log's `release`, an unheld one's `append`): a route that returns
+    the times since it was last asked (seconds)."""
+    from starlette.responses import JSONResponse
+
+    times: list[float] = []
+
+    async def route(_: Request) -> JSONResponse:
+        taken = times.copy()
+        times.clear()
+        return JSONResponse(taken)
+
+    try:
+        from oars.eventlog import EventLog
+    except ImportError:  # a tree before the event log: no times
+        return route
+
+    started: dict[int, float] = {}  # a log's id: when it began, until its first delta is out
+    init, append, release = EventLog.__init__, EventLog.append, EventLog.release
+
+    def out(log: EventLog) -> None:
+        began = started.get(id(log))
+        released = getattr(log, "released", len(log.events))  # (a tree before the hold)
+        if began is None or not released:
+            return
+        if any(e["type"] == "response.output_text.delta" for e in log.events[:released]):
+            times.append(time.perf_counter() - began)
+            del started[id(log)]
+
+    def timed_init(log: EventLog) -> None:
+        init(log)
+        started[id(log)] = time.perf_counter()
+
+    def timed_append(log: EventLog, events: list[dict[str, Any]]) -> None:
+        append(log, events)
+        out(log)
+
+    def timed_release(log: EventLog, upto: int) -> None:
+        release(log, upto)
+        out(log)
+
+    EventLog.__init__ = timed_init  # type: ignore[method-assign, assignment]
+    EventLog.append = timed_append  # type: ignore[method-assign, assignment]
+    EventLog.release = timed_release  # type: ignore[method-assign, assignment]
+    return route
 
 
 def _server(tree: Path, store: str, *, held: bool = True) -> Server:
@@ -89,16 +145,19 @@ LAST = 5  # a stream's last gaps: 64 streams started together end together
 
 async def _load(base: str, streams: int) -> tuple[list[float], ...]:
     """The first deltas; the gaps between deltas; those but a stream's last `LAST`; those
-    last."""
+    last; the first deltas as the server timed them."""
     limits = httpx.Limits(max_connections=streams + 8)
     async with httpx.AsyncClient(timeout=120, limits=limits) as client:
-        results = await asyncio.gather(*(_stream(client, base) for _ in range(streams)))
+        await client.get(f"{base}/bench/first-deltas")  # (from here on)
+        results = await asyncio.gather(*(_stream(client, base + "/v1") for _ in range(streams)))
+        in_server = (await client.get(f"{base}/bench/first-deltas")).json()
     gaps = [each for _, each in results]
     return (
         [first for first, _ in results],
         [g for each in gaps for g in each],
         [g for each in gaps for g in each[:-LAST]],
         [g for each in gaps for g in each[-LAST:]],
+        in_server,
     )
 
 
@@ -130,9 +189,9 @@ def main() -> None:
         store = f"sqlite:///{folder}/{name}.db" if args.store == "sqlite" else args.store
         with _server(trees[name], store, held=not (unheld and name == "before")) as server:
             for streams in map(int, args.streams.split(",")):
-                asyncio.run(_load(f"{server.base}/v1", streams))  # a warm-up
+                asyncio.run(_load(server.base, streams))  # a warm-up
                 results.setdefault((name, streams), []).append(
-                    asyncio.run(_load(f"{server.base}/v1", streams))
+                    asyncio.run(_load(server.base, streams))
                 )
         print(f"{name}, rep {rep + 1} of {args.reps} done", file=sys.stderr)
 
@@ -143,6 +202,7 @@ def main() -> None:
         "between deltas",
         f"between deltas, but a stream's last {LAST}",
         f"between a stream's last {LAST + 1} deltas",
+        "first delta, in the server",
     )
     for streams in map(int, args.streams.split(",")):
         for i, label in enumerate(labels):
@@ -150,6 +210,8 @@ def main() -> None:
             a_reps = [rep[i] for rep in results[("after", streams)]]
             b = [v for rep in b_reps for v in rep]
             a = [v for rep in a_reps for v in rep]
+            if not (a and b):  # (a tree that times nothing in its server)
+                continue
             row: dict[str, object] = {"streams": streams, "measure": label}
             for q, name in ((0.5, "p50"), (0.9, "p90"), (0.99, "p99")):
                 row[f"{name} before ms"] = round(_pct(b, q), 1)
