@@ -247,7 +247,8 @@ class Drafter:
         if source is None:
             return ()
         run = max(run, self._run(source))
-        if run < _OWN_RUN and source >= self._prompt:  # (a new match: not a copy going on)
+        # (only a new match: a copy going on, or realigned, counts its run as `_RUN`)
+        if run < _OWN_RUN and source >= self._prompt:
             return ()
         self._copied = max(self._copied, run)
         longest = min(limit, run - KEY + 1)
