@@ -14,7 +14,10 @@ server also times every response's first delta itself, from its event log's star
 delta's release (`first delta, in the server`).
 
     python -m bench.lab.durable_release --before TREE|unheld --after TREE [--streams 1,64]
-        [--reps 3] [--store sqlite|postgresql://USER@HOST:PORT/DB]
+        [--reps 3] [--store sqlite|postgresql://USER@HOST:PORT/DB] [--engine scripted|model]
+
+`--engine model` serves the default model instead (each stream its own short story, a few
+tokens long, every stream decoded at once): what a user of the embedded engine waits for.
 
 A tree is a checkout of oars (e.g. `git worktree add /tmp/before <commit>`); the server runs
 this file with that tree first on its path. `--before unheld` is the tree after with its event
@@ -32,7 +35,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,9 +49,10 @@ if TYPE_CHECKING:
 
 TOKENS = 60
 DELAY = 0.02  # 50 tokens a second a stream
+MODEL_TOKENS = 16  # a model's stream: 64 of them at once take 5-10 s a rep on two cores
 
 
-def serve(port: int, store: str, delay: float, held: bool) -> None:
+def serve(port: int, store: str, delay: float, held: bool, kind: str, parallel: int) -> None:
     import uvicorn
 
     from oars.http import create_app
@@ -61,24 +65,37 @@ def serve(port: int, store: str, delay: float, held: bool) -> None:
         from oars.eventlog import EventLog
 
         EventLog.hold = lambda self, wanted: None  # type: ignore[method-assign]
-    engine = ScriptedEngine([f"w{i} " for i in range(TOKENS)], delay=delay)
+    if kind == "model":
+        from oars.engines.llama import LlamaEngine
+        from oars.settings import EngineSettings
+        from oars.weights import DEFAULT_MODEL, pull
+
+        # every stream decoded at once, none queued; no prompt kept on disk between reps
+        settings = EngineSettings(
+            model_id=DEFAULT_MODEL.name, context=256, parallel=parallel, prefix_cache_mb=0
+        )
+        engine: Any = LlamaEngine(pull(), settings, gpu_layers=0, prefix_folder=None)
+    else:
+        engine = ScriptedEngine([f"w{i} " for i in range(TOKENS)], delay=delay)
     app = create_app(ResponsesService(engine), SqlStore(store))
-    app.add_route("/bench/first-deltas", _first_deltas())
+    app.add_route("/bench/timings", _timings())
     settle_heap()  # as `oars serve` does: a full collection paused every stream 160 ms
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
 
 
-def _first_deltas() -> Callable[[Request], Awaitable[JSONResponse]]:
-    """Time each response's first delta in the server, from its event log's start to the
-    delta's release (a held log's `release`, an unheld one's `append`): a route that returns
-    the times since it was last asked (seconds)."""
+def _timings() -> Callable[[Request], Awaitable[JSONResponse]]:
+    """Time in the server each response's first delta, from its event log's start to the
+    delta's release (a held log's `release`, an unheld one's `append`), and each delta from
+    its append to its reader (the SSE stream takes it from `EventLog.follow`): a route that
+    returns the times since it was last asked (seconds), `{"first": […], "read": […]}`."""
     from starlette.responses import JSONResponse
 
-    times: list[float] = []
+    times: dict[str, list[float]] = {"first": [], "read": []}
 
     async def route(_: Request) -> JSONResponse:
-        taken = times.copy()
-        times.clear()
+        taken = {name: each.copy() for name, each in times.items()}
+        for each in times.values():
+            each.clear()
         return JSONResponse(taken)
 
     try:
@@ -87,7 +104,13 @@ def _first_deltas() -> Callable[[Request], Awaitable[JSONResponse]]:
         return route
 
     started: dict[int, float] = {}  # a log's id: when it began, until its first delta is out
-    init, append, release = EventLog.__init__, EventLog.append, EventLog.release
+    appended: dict[int, dict[int, float]] = {}  # a log's id: when each delta was appended
+    init, append, release, follow = (
+        EventLog.__init__,
+        EventLog.append,
+        EventLog.release,
+        EventLog.follow,
+    )
 
     def out(log: EventLog) -> None:
         began = started.get(id(log))
@@ -95,14 +118,20 @@ def _first_deltas() -> Callable[[Request], Awaitable[JSONResponse]]:
         if began is None or not released:
             return
         if any(e["type"] == "response.output_text.delta" for e in log.events[:released]):
-            times.append(time.perf_counter() - began)
+            times["first"].append(time.perf_counter() - began)
             del started[id(log)]
 
     def timed_init(log: EventLog) -> None:
         init(log)
         started[id(log)] = time.perf_counter()
+        appended[id(log)] = {}
 
     def timed_append(log: EventLog, events: list[dict[str, Any]]) -> None:
+        now, at, mine = time.perf_counter(), len(log.events), appended.get(id(log))
+        if mine is not None:
+            for i, event in enumerate(events):
+                if event["type"] == "response.output_text.delta":
+                    mine[at + i] = now
         append(log, events)
         out(log)
 
@@ -110,54 +139,84 @@ def _first_deltas() -> Callable[[Request], Awaitable[JSONResponse]]:
         release(log, upto)
         out(log)
 
+    async def timed_follow(log: EventLog, after: int = -1, *args: Any) -> AsyncIterator[Any]:
+        position = after + 1
+        async for batch in follow(log, after, *args):
+            now, mine = time.perf_counter(), appended.get(id(log), {})
+            for i in range(position, position + len(batch)):
+                if (at := mine.pop(i, None)) is not None:
+                    times["read"].append(now - at)
+            position += len(batch)
+            yield batch
+
     EventLog.__init__ = timed_init  # type: ignore[method-assign, assignment]
     EventLog.append = timed_append  # type: ignore[method-assign, assignment]
     EventLog.release = timed_release  # type: ignore[method-assign, assignment]
+    EventLog.follow = timed_follow  # type: ignore[method-assign, assignment]
     return route
 
 
-def _server(tree: Path, store: str, *, held: bool = True) -> Server:
+def _server(tree: Path, store: str, kind: str, parallel: int, *, held: bool = True) -> Server:
     """This file's `serve`, with `tree`'s oars first on the path."""
     from bench.servers import Server  # (not in `serve`: the tree before may have no such module)
 
     def command(port: int) -> list[str]:
-        return [sys.executable, __file__, "serve", str(port), store, str(DELAY), str(int(held))]
+        return [
+            *(sys.executable, __file__, "serve", str(port), store, str(DELAY), str(int(held))),
+            *(kind, str(parallel)),
+        ]
 
     return Server(tree.name, command, env={"PYTHONPATH": str(tree)}, cwd=tree)
 
 
-async def _stream(client: httpx.AsyncClient, base: str) -> tuple[float, list[float]]:
+async def _stream(
+    client: httpx.AsyncClient, base: str, kind: str, n: int
+) -> tuple[float, list[float]]:
     """Time to the first delta, and the gaps between deltas (seconds)."""
-    body = {"input": "go", "stream": True, "store": True}
+    body: dict[str, Any] = {"input": "go", "stream": True, "store": True}
+    if kind == "model":  # a prompt of each stream's own (no prefix shared past the template)
+        body |= {
+            "input": f"Write a story about a dragon called {NAMES[n % len(NAMES)]} {n}.",
+            "max_output_tokens": MODEL_TOKENS,
+            "temperature": 0,
+        }
     started = time.perf_counter()
     arrivals: list[float] = []
     async with client.stream("POST", f"{base}/responses", json=body) as response:
         async for line in response.aiter_lines():
             if line.startswith("data: ") and '"response.output_text.delta"' in line:
                 arrivals.append(time.perf_counter())
-    assert len(arrivals) == TOKENS, len(arrivals)
+    assert len(arrivals) == TOKENS or (kind == "model" and arrivals), len(arrivals)
     gaps = [b - a for a, b in itertools.pairwise(arrivals)]
     return arrivals[0] - started, gaps
 
 
 LAST = 5  # a stream's last gaps: 64 streams started together end together
+NAMES = ("Ash", "Brin", "Cole", "Dara", "Eske", "Fenn", "Gale", "Hale")
 
 
-async def _load(base: str, streams: int) -> tuple[list[float], ...]:
+async def _load(base: str, streams: int, kind: str, singles: int) -> tuple[list[float], ...]:
     """The first deltas; the gaps between deltas; those but a stream's last `LAST`; those
-    last; the first deltas as the server timed them."""
+    last; the first deltas as the server timed them; each delta from its append to its reader
+    in the server. One stream is asked `singles` times, one after another."""
     limits = httpx.Limits(max_connections=streams + 8)
-    async with httpx.AsyncClient(timeout=120, limits=limits) as client:
-        await client.get(f"{base}/bench/first-deltas")  # (from here on)
-        results = await asyncio.gather(*(_stream(client, base + "/v1") for _ in range(streams)))
-        in_server = (await client.get(f"{base}/bench/first-deltas")).json()
+    async with httpx.AsyncClient(timeout=300, limits=limits) as client:
+        await client.get(f"{base}/bench/timings")  # (from here on)
+        if streams == 1:
+            results = [await _stream(client, base + "/v1", kind, n) for n in range(singles)]
+        else:
+            results = await asyncio.gather(
+                *(_stream(client, base + "/v1", kind, n) for n in range(streams))
+            )
+        in_server = (await client.get(f"{base}/bench/timings")).json()
     gaps = [each for _, each in results]
     return (
         [first for first, _ in results],
         [g for each in gaps for g in each],
         [g for each in gaps for g in each[:-LAST]],
         [g for each in gaps for g in each[-LAST:]],
-        in_server,
+        in_server["first"],
+        in_server["read"],
     )
 
 
@@ -168,7 +227,8 @@ def _pct(values: list[float], q: float) -> float:
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "serve":
-        serve(int(sys.argv[2]), sys.argv[3], float(sys.argv[4]), sys.argv[5] == "1")
+        port, store, delay, held, kind, at_once = sys.argv[2:8]
+        serve(int(port), store, float(delay), held == "1", kind, int(at_once))
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", required=True, help="a tree, or 'unheld'")
@@ -176,7 +236,10 @@ def main() -> None:
     parser.add_argument("--streams", default="1,64")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--store", default="sqlite")
+    parser.add_argument("--engine", choices=("scripted", "model"), default="scripted")
+    parser.add_argument("--singles", type=int, default=1, help="one stream's asks a rep")
     args = parser.parse_args()
+    parallel = max(map(int, args.streams.split(",")))
     from bench.servers import alternate
 
     folder = Path(tempfile.mkdtemp())
@@ -187,11 +250,12 @@ def main() -> None:
 
     def run(name: str, rep: int) -> None:
         store = f"sqlite:///{folder}/{name}.db" if args.store == "sqlite" else args.store
-        with _server(trees[name], store, held=not (unheld and name == "before")) as server:
+        held = not (unheld and name == "before")
+        with _server(trees[name], store, args.engine, parallel, held=held) as server:
             for streams in map(int, args.streams.split(",")):
-                asyncio.run(_load(server.base, streams))  # a warm-up
+                asyncio.run(_load(server.base, streams, args.engine, args.singles))  # a warm-up
                 results.setdefault((name, streams), []).append(
-                    asyncio.run(_load(server.base, streams))
+                    asyncio.run(_load(server.base, streams, args.engine, args.singles))
                 )
         print(f"{name}, rep {rep + 1} of {args.reps} done", file=sys.stderr)
 
@@ -203,6 +267,7 @@ def main() -> None:
         f"between deltas, but a stream's last {LAST}",
         f"between a stream's last {LAST + 1} deltas",
         "first delta, in the server",
+        "a delta from its append to its reader, in the server",
     )
     for streams in map(int, args.streams.split(",")):
         for i, label in enumerate(labels):
