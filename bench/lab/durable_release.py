@@ -11,13 +11,17 @@ database; the two are run in rotation, and the table gives the median and p99 of
 the first delta and of the gap between deltas, after against before. The client's 64 streams
 share the box's cores with the server, so its first deltas also wait for its own loop: each
 server also times every response's first delta itself, from its event log's start to the
-delta's release (`first delta, in the server`).
+delta's release (`first delta, in the server`). And since a wait that every delta pays alike
+does not show in the gaps between them, each server times every delta from its append to the
+SSE stream that reads it (`a delta from its append to its reader, in the server`).
 
     python -m bench.lab.durable_release --before TREE|unheld --after TREE [--streams 1,64]
         [--reps 3] [--store sqlite|postgresql://USER@HOST:PORT/DB] [--engine scripted|model]
+        [--singles 1]
 
 `--engine model` serves the default model instead (each stream its own short story, a few
 tokens long, every stream decoded at once): what a user of the embedded engine waits for.
+`--singles N` asks the one stream N times a rep, one after another (a sample a rep is few).
 
 A tree is a checkout of oars (e.g. `git worktree add /tmp/before <commit>`); the server runs
 this file with that tree first on its path. `--before unheld` is the tree after with its event
@@ -49,7 +53,7 @@ if TYPE_CHECKING:
 
 TOKENS = 60
 DELAY = 0.02  # 50 tokens a second a stream
-MODEL_TOKENS = 16  # a model's stream: 64 of them at once take 5-10 s a rep on two cores
+MODEL_TOKENS = 16  # a model's stream: 64 of them at once take about 12 s on two cores
 
 
 def serve(port: int, store: str, delay: float, held: bool, kind: str, parallel: int) -> None:
