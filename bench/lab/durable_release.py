@@ -17,11 +17,13 @@ SSE stream that reads it (`a delta from its append to its reader, in the server`
 
     python -m bench.lab.durable_release --before TREE|unheld --after TREE [--streams 1,64]
         [--reps 3] [--store sqlite|postgresql://USER@HOST:PORT/DB] [--engine scripted|model]
-        [--singles 1]
+        [--singles 1] [--threads N]
 
 `--engine model` serves the default model instead (each stream its own short story, a few
 tokens long, every stream decoded at once): what a user of the embedded engine waits for.
 `--singles N` asks the one stream N times a rep, one after another (a sample a rep is few).
+`--threads N`: the model's threads (default: one a core), so that a database on the same box can
+be left a core of its own.
 
 A tree is a checkout of oars (e.g. `git worktree add /tmp/before <commit>`); the server runs
 this file with that tree first on its path. `--before unheld` is the tree after with its event
@@ -56,7 +58,9 @@ DELAY = 0.02  # 50 tokens a second a stream
 MODEL_TOKENS = 16  # a model's stream: 64 of them at once take about 12 s on two cores
 
 
-def serve(port: int, store: str, delay: float, held: bool, kind: str, parallel: int) -> None:
+def serve(
+    port: int, store: str, delay: float, held: bool, kind: str, parallel: int, threads: int
+) -> None:
     import uvicorn
 
     from oars.http import create_app
@@ -76,7 +80,11 @@ def serve(port: int, store: str, delay: float, held: bool, kind: str, parallel: 
 
         # every stream decoded at once, none queued; no prompt kept on disk between reps
         settings = EngineSettings(
-            model_id=DEFAULT_MODEL.name, context=256, parallel=parallel, prefix_cache_mb=0
+            model_id=DEFAULT_MODEL.name,
+            context=256,
+            parallel=parallel,
+            prefix_cache_mb=0,
+            threads=threads or None,
         )
         engine: Any = LlamaEngine(pull(), settings, gpu_layers=0, prefix_folder=None)
     else:
@@ -160,14 +168,16 @@ def _timings() -> Callable[[Request], Awaitable[JSONResponse]]:
     return route
 
 
-def _server(tree: Path, store: str, kind: str, parallel: int, *, held: bool = True) -> Server:
+def _server(
+    tree: Path, store: str, kind: str, parallel: int, threads: int, *, held: bool = True
+) -> Server:
     """This file's `serve`, with `tree`'s oars first on the path."""
     from bench.servers import Server  # (not in `serve`: the tree before may have no such module)
 
     def command(port: int) -> list[str]:
         return [
             *(sys.executable, __file__, "serve", str(port), store, str(DELAY), str(int(held))),
-            *(kind, str(parallel)),
+            *(kind, str(parallel), str(threads)),
         ]
 
     return Server(tree.name, command, env={"PYTHONPATH": str(tree)}, cwd=tree)
@@ -231,8 +241,8 @@ def _pct(values: list[float], q: float) -> float:
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "serve":
-        port, store, delay, held, kind, at_once = sys.argv[2:8]
-        serve(int(port), store, float(delay), held == "1", kind, int(at_once))
+        port, store, delay, held, kind, at_once, threads = sys.argv[2:9]
+        serve(int(port), store, float(delay), held == "1", kind, int(at_once), int(threads))
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", required=True, help="a tree, or 'unheld'")
@@ -242,6 +252,9 @@ def main() -> None:
     parser.add_argument("--store", default="sqlite")
     parser.add_argument("--engine", choices=("scripted", "model"), default="scripted")
     parser.add_argument("--singles", type=int, default=1, help="one stream's asks a rep")
+    parser.add_argument(
+        "--threads", type=int, default=0, help="the model's CPU threads (default: one a core)"
+    )
     args = parser.parse_args()
     parallel = max(map(int, args.streams.split(",")))
     from bench.servers import alternate
@@ -255,7 +268,7 @@ def main() -> None:
     def run(name: str, rep: int) -> None:
         store = f"sqlite:///{folder}/{name}.db" if args.store == "sqlite" else args.store
         held = not (unheld and name == "before")
-        with _server(trees[name], store, args.engine, parallel, held=held) as server:
+        with _server(trees[name], store, args.engine, parallel, args.threads, held=held) as server:
             for streams in map(int, args.streams.split(",")):
                 asyncio.run(_load(server.base, streams, args.engine, args.singles))  # a warm-up
                 results.setdefault((name, streams), []).append(
