@@ -13,7 +13,10 @@ share the box's cores with the server, so its first deltas also wait for its own
 server also times every response's first delta itself, from its event log's start to the
 delta's release (`first delta, in the server`). And since a wait that every delta pays alike
 does not show in the gaps between them, each server times every delta from its append to the
-SSE stream that reads it (`a delta from its append to its reader, in the server`).
+SSE stream that reads it (`a delta from its append to its reader, in the server`), and each
+write of logs alone, with the serving loop's CPU in it on SQLite (where the transaction runs on
+the loop): how much of a held delta's wait is the hold's own work. The box's busy share during
+each load goes to stderr.
 
     python -m bench.lab.durable_release --before TREE|unheld --after TREE [--streams 1,64]
         [--reps 3] [--store sqlite|postgresql://USER@HOST:PORT/DB] [--engine scripted|model]
@@ -102,7 +105,7 @@ def _timings() -> Callable[[Request], Awaitable[JSONResponse]]:
     returns the times since it was last asked (seconds), `{"first": […], "read": […]}`."""
     from starlette.responses import JSONResponse
 
-    times: dict[str, list[float]] = {"first": [], "read": []}
+    times: dict[str, list[float]] = {"first": [], "read": [], "write": [], "write cpu": []}
 
     async def route(_: Request) -> JSONResponse:
         taken = {name: each.copy() for name, each in times.items()}
@@ -161,6 +164,24 @@ def _timings() -> Callable[[Request], Awaitable[JSONResponse]]:
             position += len(batch)
             yield batch
 
+    from oars.store import SqlStore
+    from oars.store.base import Writes
+
+    write = SqlStore.write
+
+    async def timed_write(store: SqlStore, writes: Writes) -> None:
+        # a write of logs alone: its wall time, and the serving loop's CPU during it (on
+        # SQLite the transaction runs on the loop, start to end, when no other connection
+        # holds the lock; on PostgreSQL the loop serves others meanwhile: not timed)
+        logs = not (writes.begun or writes.finished)
+        wall, cpu = time.perf_counter(), time.thread_time()
+        await write(store, writes)
+        if logs:
+            times["write"].append(time.perf_counter() - wall)
+            if store.url.startswith("sqlite"):
+                times["write cpu"].append(time.thread_time() - cpu)
+
+    SqlStore.write = timed_write  # type: ignore[method-assign, assignment]
     EventLog.__init__ = timed_init  # type: ignore[method-assign, assignment]
     EventLog.append = timed_append  # type: ignore[method-assign, assignment]
     EventLog.release = timed_release  # type: ignore[method-assign, assignment]
@@ -212,17 +233,21 @@ NAMES = ("Ash", "Brin", "Cole", "Dara", "Eske", "Fenn", "Gale", "Hale")
 async def _load(base: str, streams: int, kind: str, singles: int) -> tuple[list[float], ...]:
     """The first deltas; the gaps between deltas; those but a stream's last `LAST`; those
     last; the first deltas as the server timed them; each delta from its append to its reader
-    in the server. One stream is asked `singles` times, one after another."""
+    in the server; each write of logs alone in the server, and the loop's CPU in it. One
+    stream is asked `singles` times, one after another."""
     limits = httpx.Limits(max_connections=streams + 8)
     async with httpx.AsyncClient(timeout=300, limits=limits) as client:
         await client.get(f"{base}/bench/timings")  # (from here on)
+        busy = _cpu()
         if streams == 1:
             results = [await _stream(client, base + "/v1", kind, n) for n in range(singles)]
         else:
             results = await asyncio.gather(
                 *(_stream(client, base + "/v1", kind, n) for n in range(streams))
             )
+        busy = _cpu(busy)
         in_server = (await client.get(f"{base}/bench/timings")).json()
+    print(f"{streams} streams: the box's cores {busy:.0%} busy", file=sys.stderr)
     gaps = [each for _, each in results]
     return (
         [first for first, _ in results],
@@ -231,7 +256,19 @@ async def _load(base: str, streams: int, kind: str, singles: int) -> tuple[list[
         [g for each in gaps for g in each[-LAST:]],
         in_server["first"],
         in_server["read"],
+        in_server.get("write", []),
+        in_server.get("write cpu", []),
     )
+
+
+def _cpu(since: tuple[int, int] | None = None) -> Any:
+    """The box's CPU time counters (busy, all), or with `since` the busy share since then."""
+    with open("/proc/stat") as stat:
+        ticks = [int(n) for n in stat.readline().split()[1:]]
+    idle, total = ticks[3] + ticks[4], sum(ticks[:8])
+    if since is None:
+        return total - idle, total
+    return ((total - idle) - since[0]) / max(1, total - since[1])
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -285,6 +322,8 @@ def main() -> None:
         f"between a stream's last {LAST + 1} deltas",
         "first delta, in the server",
         "a delta from its append to its reader, in the server",
+        "a write of logs alone, in the server",
+        "the serving loop's CPU in it (SQLite)",
     )
     for streams in map(int, args.streams.split(",")):
         for i, label in enumerate(labels):
