@@ -20,13 +20,14 @@ each load goes to stderr.
 
     python -m bench.lab.durable_release --before TREE|unheld --after TREE [--streams 1,64]
         [--reps 3] [--store sqlite|postgresql://USER@HOST:PORT/DB] [--engine scripted|model]
-        [--singles 1] [--threads N]
+        [--singles 1] [--threads N] [--servers 1]
 
 `--engine model` serves the default model instead (each stream its own short story, a few
 tokens long, every stream decoded at once): what a user of the embedded engine waits for.
 `--singles N` asks the one stream N times a rep, one after another (a sample a rep is few).
 `--threads N`: the model's threads (default: one a core), so that a database on the same box can
-be left a core of its own.
+be left a core of its own. `--servers N`: N server processes a side on the one store, the
+streams spread over them, as `oars serve --workers N` does a gateway's.
 
 A tree is a checkout of oars (e.g. `git worktree add /tmp/before <commit>`); the server runs
 this file with that tree first on its path. `--before unheld` is the tree after with its event
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import json
 import statistics
@@ -230,23 +232,28 @@ LAST = 5  # a stream's last gaps: 64 streams started together end together
 NAMES = ("Ash", "Brin", "Cole", "Dara", "Eske", "Fenn", "Gale", "Hale")
 
 
-async def _load(base: str, streams: int, kind: str, singles: int) -> tuple[list[float], ...]:
+async def _load(bases: list[str], streams: int, kind: str, singles: int) -> tuple[list[float], ...]:
     """The first deltas; the gaps between deltas; those but a stream's last `LAST`; those
     last; the first deltas as the server timed them; each delta from its append to its reader
     in the server; each write of logs alone in the server, and the loop's CPU in it. One
-    stream is asked `singles` times, one after another."""
+    stream is asked `singles` times, one after another. Stream n goes to server n of `bases`
+    (modulo their number)."""
     limits = httpx.Limits(max_connections=streams + 8)
     async with httpx.AsyncClient(timeout=300, limits=limits) as client:
-        await client.get(f"{base}/bench/timings")  # (from here on)
+        for base in bases:
+            await client.get(f"{base}/bench/timings")  # (from here on)
         busy = _cpu()
         if streams == 1:
-            results = [await _stream(client, base + "/v1", kind, n) for n in range(singles)]
+            results = [await _stream(client, bases[0] + "/v1", kind, n) for n in range(singles)]
         else:
             results = await asyncio.gather(
-                *(_stream(client, base + "/v1", kind, n) for n in range(streams))
+                *(_stream(client, bases[n % len(bases)] + "/v1", kind, n) for n in range(streams))
             )
         busy = _cpu(busy)
-        in_server = (await client.get(f"{base}/bench/timings")).json()
+        in_server: dict[str, list[float]] = {}
+        for base in bases:
+            for name, times in (await client.get(f"{base}/bench/timings")).json().items():
+                in_server.setdefault(name, []).extend(times)
     print(f"{streams} streams: the box's cores {busy:.0%} busy", file=sys.stderr)
     gaps = [each for _, each in results]
     return (
@@ -292,6 +299,12 @@ def main() -> None:
     parser.add_argument(
         "--threads", type=int, default=0, help="the model's CPU threads (default: one a core)"
     )
+    parser.add_argument(
+        "--servers",
+        type=int,
+        default=1,
+        help="server processes a side, on the one store, the streams spread over them",
+    )
     args = parser.parse_args()
     parallel = max(map(int, args.streams.split(",")))
     from bench.servers import alternate
@@ -305,11 +318,17 @@ def main() -> None:
     def run(name: str, rep: int) -> None:
         store = f"sqlite:///{folder}/{name}.db" if args.store == "sqlite" else args.store
         held = not (unheld and name == "before")
-        with _server(trees[name], store, args.engine, parallel, args.threads, held=held) as server:
+        with contextlib.ExitStack() as servers:
+            bases = [
+                servers.enter_context(
+                    _server(trees[name], store, args.engine, parallel, args.threads, held=held)
+                ).base
+                for _ in range(args.servers)
+            ]
             for streams in map(int, args.streams.split(",")):
-                asyncio.run(_load(server.base, streams, args.engine, args.singles))  # a warm-up
+                asyncio.run(_load(bases, streams, args.engine, args.singles))  # a warm-up
                 results.setdefault((name, streams), []).append(
-                    asyncio.run(_load(server.base, streams, args.engine, args.singles))
+                    asyncio.run(_load(bases, streams, args.engine, args.singles))
                 )
         print(f"{name}, rep {rep + 1} of {args.reps} done", file=sys.stderr)
 
