@@ -358,9 +358,14 @@ def main() -> None:
                 row[f"{name} after ms"] = round(_pct(a, q), 1)
             row["p99 after - before ms"] = round(_pct(a, 0.99) - _pct(b, 0.99), 1)
             # rep by rep (rep i of each side ran side by side): the median and range
-            each = [_pct(y, 0.99) - _pct(x, 0.99) for x, y in zip(b_reps, a_reps, strict=True)]
-            row["reps' p99 after - before ms"] = round(statistics.median(each), 1)
-            row["reps' range"] = f"{min(each):.1f} to {max(each):.1f}"
+            each = [
+                _pct(y, 0.99) - _pct(x, 0.99)
+                for x, y in zip(b_reps, a_reps, strict=True)
+                if x and y  # (a rep may time no write of logs alone on a side)
+            ]
+            if each:
+                row["reps' p99 after - before ms"] = round(statistics.median(each), 1)
+                row["reps' range"] = f"{min(each):.1f} to {max(each):.1f}"
             rows.append(row)
     print(json.dumps(rows, indent=1))
 
