@@ -290,7 +290,14 @@ class Writer:
 
 class _Task:
     """A task that runs `write` again whenever woken, one at a time: what is asked while a
-    transaction is in flight goes in the next, which starts as soon as it has landed."""
+    transaction is in flight goes in the next, which starts as soon as it has landed.
+
+    A wake reaches the task in the loop's next turn, after the work already due in this one (so
+    a round of streams' tokens goes in one write), through a future of its own. Waiting on an
+    `asyncio.Event` through `asyncio.wait_for` with a timeout (the logs' task, while responses
+    run) wrapped each wait in a task of its own: three turns from a wake to the write, each
+    among the other streams' work. At 64 paced streams on SQLite a held delta's p99 in the
+    server went from 3.0 to 2.2 ms, for the same CPU (`bench.lab.durable_release`)."""
 
     def __init__(
         self,
@@ -300,23 +307,32 @@ class _Task:
     ) -> None:
         """`wait()`: how long to wait for a wake before `write` runs anyway (None: until woken)."""
         self.write, self.name, self._wait = write, name, wait
-        self._due: asyncio.Event | None = None
+        self._due = False  # woken since `write` last began
+        self._woken: asyncio.Future[None] | None = None  # while the task waits for a wake
         self._task: asyncio.Task[None] | None = None
 
     def wake(self) -> None:
         """Run `write` once more."""
-        if self._due is None:
-            self._due = asyncio.Event()
-        self._due.set()
+        self._due = True
+        if self._woken is not None:
+            _settle(self._woken)
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run(), name=self.name)
 
     async def _run(self) -> None:
-        assert self._due is not None
+        loop = asyncio.get_running_loop()
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._due.wait(), self._wait())
-            self._due.clear()
+            if not self._due:
+                woken = self._woken = loop.create_future()
+                wait = self._wait()
+                timer = loop.call_later(wait, _settle, woken) if wait is not None else None
+                try:
+                    await woken
+                finally:
+                    self._woken = None
+                    if timer is not None:
+                        timer.cancel()
+            self._due = False
             await self.write()
 
     async def close(self) -> None:
@@ -325,6 +341,11 @@ class _Task:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def _unavailable(exc: Exception) -> StoreUnavailable:

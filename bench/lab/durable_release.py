@@ -108,11 +108,13 @@ def _timings() -> Callable[[Request], Awaitable[JSONResponse]]:
     from starlette.responses import JSONResponse
 
     times: dict[str, list[float]] = {"first": [], "read": [], "write": [], "write cpu": []}
+    cpu = [time.process_time()]  # the server's CPU when last asked
 
     async def route(_: Request) -> JSONResponse:
         taken = {name: each.copy() for name, each in times.items()}
         for each in times.values():
             each.clear()
+        taken["cpu"], cpu[0] = [time.process_time() - cpu[0]], time.process_time()
         return JSONResponse(taken)
 
     try:
@@ -235,7 +237,8 @@ NAMES = ("Ash", "Brin", "Cole", "Dara", "Eske", "Fenn", "Gale", "Hale")
 async def _load(bases: list[str], streams: int, kind: str, singles: int) -> tuple[list[float], ...]:
     """The first deltas; the gaps between deltas; those but a stream's last `LAST`; those
     last; the first deltas as the server timed them; each delta from its append to its reader
-    in the server; each write of logs alone in the server, and the loop's CPU in it. One
+    in the server; each write of logs alone in the server, and the loop's CPU in it; the
+    server's CPU over the load (summed over servers). One
     stream is asked `singles` times, one after another. Stream n goes to server n of `bases`
     (modulo their number)."""
     limits = httpx.Limits(max_connections=streams + 8)
@@ -254,6 +257,7 @@ async def _load(bases: list[str], streams: int, kind: str, singles: int) -> tupl
         for base in bases:
             for name, times in (await client.get(f"{base}/bench/timings")).json().items():
                 in_server.setdefault(name, []).extend(times)
+        in_server["cpu"] = [sum(in_server.get("cpu", []))]
     print(f"{streams} streams: the box's cores {busy:.0%} busy", file=sys.stderr)
     gaps = [each for _, each in results]
     return (
@@ -265,6 +269,7 @@ async def _load(bases: list[str], streams: int, kind: str, singles: int) -> tupl
         in_server["read"],
         in_server.get("write", []),
         in_server.get("write cpu", []),
+        in_server.get("cpu", []),
     )
 
 
@@ -343,6 +348,7 @@ def main() -> None:
         "a delta from its append to its reader, in the server",
         "a write of logs alone, in the server",
         "the serving loop's CPU in it (SQLite)",
+        "the server's CPU in a load (a value a rep)",
     )
     for streams in map(int, args.streams.split(",")):
         for i, label in enumerate(labels):
