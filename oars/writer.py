@@ -290,14 +290,7 @@ class Writer:
 
 class _Task:
     """A task that runs `write` again whenever woken, one at a time: what is asked while a
-    transaction is in flight goes in the next, which starts as soon as it has landed.
-
-    A wake reaches the task in the loop's next turn, after the work already due in this one (so
-    a round of streams' tokens goes in one write), through a future of its own. Waiting on an
-    `asyncio.Event` through `asyncio.wait_for` with a timeout (the logs' task, while responses
-    run) wrapped each wait in a task of its own: three turns from a wake to the write, each
-    among the other streams' work. At 64 paced streams on SQLite a held delta's p99 in the
-    server went from 3.0 to 2.2 ms, for the same CPU (`bench.lab.durable_release`)."""
+    transaction is in flight goes in the next, which starts as soon as it has landed."""
 
     def __init__(
         self,
@@ -307,32 +300,23 @@ class _Task:
     ) -> None:
         """`wait()`: how long to wait for a wake before `write` runs anyway (None: until woken)."""
         self.write, self.name, self._wait = write, name, wait
-        self._due = False  # woken since `write` last began
-        self._woken: asyncio.Future[None] | None = None  # while the task waits for a wake
+        self._due: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
 
     def wake(self) -> None:
         """Run `write` once more."""
-        self._due = True
-        if self._woken is not None:
-            _settle(self._woken)
+        if self._due is None:
+            self._due = asyncio.Event()
+        self._due.set()
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run(), name=self.name)
 
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
+        assert self._due is not None
         while True:
-            if not self._due:
-                woken = self._woken = loop.create_future()
-                wait = self._wait()
-                timer = loop.call_later(wait, _settle, woken) if wait is not None else None
-                try:
-                    await woken
-                finally:
-                    self._woken = None
-                    if timer is not None:
-                        timer.cancel()
-            self._due = False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._due.wait(), self._wait())
+            self._due.clear()
             await self.write()
 
     async def close(self) -> None:
@@ -341,11 +325,6 @@ class _Task:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-
-
-def _settle(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
 
 
 def _unavailable(exc: Exception) -> StoreUnavailable:

@@ -87,9 +87,7 @@ def test_running_responses_share_each_transaction(store_url: str) -> None:
         logging = [w for w in store.writes if w.logged]
         assert logging, "no events were written while the responses ran"
         written = sum(len(entry.events) for w in logging for entry in w.logged)
-        # A write each turn of the loop that a reader waits in: 8-24 events a write here, 5 on a
-        # loaded box; a write per event, or per run, would be 1-2.
-        assert len(logging) * 3 <= written, (len(logging), written, elapsed)
+        assert len(logging) * 5 <= written, (len(logging), written, elapsed)
         assert max(len(w.logged) for w in logging) >= 10  # most streams in one transaction
         assert sum(len(w.begun) + len(w.finished) + bool(w.logged) for w in store.writes) > len(
             store.writes
