@@ -290,7 +290,13 @@ class Writer:
 
 class _Task:
     """A task that runs `write` again whenever woken, one at a time: what is asked while a
-    transaction is in flight goes in the next, which starts as soon as it has landed."""
+    transaction is in flight goes in the next, which starts as soon as it has landed.
+
+    A wake of the logs' task, whose wait has a timeout while responses run, reaches `write`
+    three turns of the loop later (`asyncio.wait_for` wraps the wait in a task), after the
+    other streams' work of those turns: their events go in the same commit. Woken in one turn
+    (a future of its own), 64 paced streams on PostgreSQL made more, smaller commits, and a
+    held delta's p99 in the server went from 6.9 to 9.8 ms (on SQLite from 3.0 to 2.2)."""
 
     def __init__(
         self,
