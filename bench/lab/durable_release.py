@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from starlette.responses import JSONResponse
 
     from bench.servers import Server
+    from oars.store.base import Writes
 
 TOKENS = 60
 DELAY = 0.02  # 50 tokens a second a stream
@@ -168,8 +169,12 @@ def _timings() -> Callable[[Request], Awaitable[JSONResponse]]:
             position += len(batch)
             yield batch
 
-    from oars.store import SqlStore
-    from oars.store.base import Writes
+    EventLog.__init__ = timed_init  # type: ignore[method-assign, assignment]
+    EventLog.append = timed_append  # type: ignore[method-assign, assignment]
+    EventLog.release = timed_release  # type: ignore[method-assign, assignment]
+    EventLog.follow = timed_follow  # type: ignore[method-assign, assignment]
+
+    from oars.store import SqlStore  # (`serve` has it too)
 
     write = SqlStore.write
 
@@ -186,10 +191,6 @@ def _timings() -> Callable[[Request], Awaitable[JSONResponse]]:
                 times["write cpu"].append(time.thread_time() - cpu)
 
     SqlStore.write = timed_write  # type: ignore[method-assign, assignment]
-    EventLog.__init__ = timed_init  # type: ignore[method-assign, assignment]
-    EventLog.append = timed_append  # type: ignore[method-assign, assignment]
-    EventLog.release = timed_release  # type: ignore[method-assign, assignment]
-    EventLog.follow = timed_follow  # type: ignore[method-assign, assignment]
     return route
 
 
@@ -238,9 +239,8 @@ async def _load(bases: list[str], streams: int, kind: str, singles: int) -> tupl
     """The first deltas; the gaps between deltas; those but a stream's last `LAST`; those
     last; the first deltas as the server timed them; each delta from its append to its reader
     in the server; each write of logs alone in the server, and the loop's CPU in it; the
-    server's CPU over the load (summed over servers). One
-    stream is asked `singles` times, one after another. Stream n goes to server n of `bases`
-    (modulo their number)."""
+    server's CPU over the load (summed over servers). One stream is asked `singles` times, one
+    after another. Stream n goes to server n of `bases` (modulo their number)."""
     limits = httpx.Limits(max_connections=streams + 8)
     async with httpx.AsyncClient(timeout=300, limits=limits) as client:
         for base in bases:
