@@ -175,6 +175,7 @@ def _timings() -> Callable[[Request], Awaitable[JSONResponse]]:
     EventLog.follow = timed_follow  # type: ignore[method-assign, assignment]
 
     from oars.store import SqlStore  # (`serve` has it too)
+    from oars.store.lanes import is_sqlite
 
     write = SqlStore.write
 
@@ -187,7 +188,7 @@ def _timings() -> Callable[[Request], Awaitable[JSONResponse]]:
         await write(store, writes)
         if logs:
             times["write"].append(time.perf_counter() - wall)
-            if store.url.startswith("sqlite"):
+            if is_sqlite(store.url):
                 times["write cpu"].append(time.thread_time() - cpu)
 
     SqlStore.write = timed_write  # type: ignore[method-assign, assignment]
@@ -245,20 +246,21 @@ async def _load(bases: list[str], streams: int, kind: str, singles: int) -> tupl
     async with httpx.AsyncClient(timeout=300, limits=limits) as client:
         for base in bases:
             await client.get(f"{base}/bench/timings")  # (from here on)
-        busy = _cpu()
+        busy, every = _ticks()
         if streams == 1:
             results = [await _stream(client, bases[0] + "/v1", kind, n) for n in range(singles)]
         else:
             results = await asyncio.gather(
                 *(_stream(client, bases[n % len(bases)] + "/v1", kind, n) for n in range(streams))
             )
-        busy = _cpu(busy)
+        now_busy, now_every = _ticks()
         in_server: dict[str, list[float]] = {}
         for base in bases:
             for name, times in (await client.get(f"{base}/bench/timings")).json().items():
                 in_server.setdefault(name, []).extend(times)
         in_server["cpu"] = [sum(in_server.get("cpu", []))]
-    print(f"{streams} streams: the box's cores {busy:.0%} busy", file=sys.stderr)
+    share = (now_busy - busy) / max(1, now_every - every)
+    print(f"{streams} streams: the box's cores {share:.0%} busy", file=sys.stderr)
     gaps = [each for _, each in results]
     return (
         [first for first, _ in results],
@@ -273,14 +275,12 @@ async def _load(bases: list[str], streams: int, kind: str, singles: int) -> tupl
     )
 
 
-def _cpu(since: tuple[int, int] | None = None) -> Any:
-    """The box's CPU time counters (busy, all), or with `since` the busy share since then."""
+def _ticks() -> tuple[int, int]:
+    """The box's CPU time so far, busy and in all (clock ticks, all cores)."""
     with open("/proc/stat") as stat:
         ticks = [int(n) for n in stat.readline().split()[1:]]
-    idle, total = ticks[3] + ticks[4], sum(ticks[:8])
-    if since is None:
-        return total - idle, total
-    return ((total - idle) - since[0]) / max(1, total - since[1])
+    every = sum(ticks[:8])  # user, nice, system, idle, iowait, irq, softirq, steal
+    return every - ticks[3] - ticks[4], every
 
 
 def _pct(values: list[float], q: float) -> float:
