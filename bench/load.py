@@ -26,7 +26,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.servers import Server, oars_serve
+from bench.servers import Server, oars_serve, percentile
 from oars.validator import validate_sse
 from oars.weights import DEFAULT_MODEL
 
@@ -137,10 +137,7 @@ def _settled(base: str) -> tuple[int, float]:
 
 
 def _pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+    return percentile(values, q) * 1000
 
 
 def main() -> None:

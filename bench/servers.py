@@ -159,6 +159,14 @@ def median(values: Iterable[float]) -> float:
     return statistics.median(list(values))
 
 
+def percentile(values: Iterable[float], q: float) -> float:
+    """The `q` quantile of `values` by nearest rank (NaN for none)."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
 def paired(ours: Sequence[float], theirs: Sequence[float]) -> list[float]:
     """Rep by rep, ours over theirs (rep i of each ran side by side); reps where theirs is 0
     are left out."""

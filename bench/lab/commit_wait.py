@@ -29,11 +29,9 @@ import time
 
 import asyncpg
 
+from bench.servers import percentile
+
 _SPIN = "while True: pass"
-
-
-def quantile(sorted_values: list[float], q: float) -> float:
-    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
 
 
 async def commits(dsn: str, count: int) -> list[tuple[float, float]]:
@@ -90,9 +88,9 @@ def main() -> None:
         ("a commit", [b - a for a, b in spans]),
         ("an event's wait", waits(spans)),
     ):
-        ms = sorted(v * 1000 for v in values)
+        ms = [v * 1000 for v in values]
         print(
-            f"| {name} | " + " | ".join(f"{quantile(ms, q):.2f}" for q in (0.5, 0.9, 0.99)) + " |"
+            f"| {name} | " + " | ".join(f"{percentile(ms, q):.2f}" for q in (0.5, 0.9, 0.99)) + " |"
         )
 
 
