@@ -8,9 +8,10 @@ token and each token arrive, at 1 and at 64 streams?
 Two source trees (before, after) each serve the scripted engine (no model: the store and the
 event path are all there is to measure) at a fixed pace, with a SQLite file or a PostgreSQL
 database; the two are run in rotation, and the table gives the median and p99 of the time to
-the first delta and of the gap between deltas, after against before. The client's 64 streams
-share the box's cores with the server, so its first deltas also wait for its own loop: each
-server also times every response's first delta itself, from its event log's start to the
+the first delta and of the gap between deltas, after against before. The client reads raw bytes
+(`_stream`): through an HTTP client, 64 streams' first deltas waited for its loop (78-83 ms at
+the p50 on 2 cores, 35-40 ms read raw, the server's pace the same). Each server also times every response's first delta itself,
+from its request's arrival (when the app is called) and from its event log's start to the
 delta's release (`first delta, in the server`). And since a wait that every delta pays alike
 does not show in the gaps between them, each server times every delta from its append to the
 SSE stream that reads it (`a delta from its append to its reader, in the server`), and each
@@ -40,6 +41,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import contextvars
 import itertools
 import json
 import statistics
@@ -98,7 +100,15 @@ def serve(
     app = create_app(ResponsesService(engine), SqlStore(store))
     app.add_route("/bench/timings", _timings())
     settle_heap()  # as `oars serve` does: a full collection paused every stream 160 ms
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+
+    async def arriving(scope: Any, receive: Any, send: Any) -> None:
+        _ARRIVED.set(time.perf_counter())  # seen by the tasks the request starts
+        await app(scope, receive, send)
+
+    uvicorn.run(arriving, host="127.0.0.1", port=port, log_level="warning")
+
+
+_ARRIVED: contextvars.ContextVar[float | None] = contextvars.ContextVar("arrived", default=None)
 
 
 def _timings() -> Callable[[Request], Awaitable[JSONResponse]]:
@@ -108,7 +118,14 @@ def _timings() -> Callable[[Request], Awaitable[JSONResponse]]:
     returns the times since it was last asked (seconds), `{"first": […], "read": […]}`."""
     from starlette.responses import JSONResponse
 
-    times: dict[str, list[float]] = {"first": [], "read": [], "write": [], "write cpu": []}
+    times: dict[str, list[float]] = {
+        "first": [],
+        "read": [],
+        "write": [],
+        "write cpu": [],
+        "arrival to log": [],
+        "arrival to first": [],
+    }
     cpu = [time.process_time()]  # the server's CPU when last asked
 
     async def route(_: Request) -> JSONResponse:
@@ -124,6 +141,7 @@ def _timings() -> Callable[[Request], Awaitable[JSONResponse]]:
         return route
 
     started: dict[int, float] = {}  # a log's id: when it began, until its first delta is out
+    arrived: dict[int, float] = {}  # a log's id: when its request reached the server
     appended: dict[int, dict[int, float]] = {}  # a log's id: when each delta was appended
     init, append, release, follow = (
         EventLog.__init__,
@@ -140,11 +158,16 @@ def _timings() -> Callable[[Request], Awaitable[JSONResponse]]:
         if any(e["type"] == "response.output_text.delta" for e in log.events[:released]):
             times["first"].append(time.perf_counter() - began)
             del started[id(log)]
+            if (came := arrived.pop(id(log), None)) is not None:
+                times["arrival to first"].append(time.perf_counter() - came)
 
     def timed_init(log: EventLog) -> None:
         init(log)
         started[id(log)] = time.perf_counter()
         appended[id(log)] = {}
+        if (came := _ARRIVED.get()) is not None:
+            arrived[id(log)] = came
+            times["arrival to log"].append(started[id(log)] - came)
 
     def timed_append(log: EventLog, events: list[dict[str, Any]]) -> None:
         now, at, mine = time.perf_counter(), len(log.events), appended.get(id(log))
@@ -210,10 +233,24 @@ def _server(
     return Server(tree.name, command, env={"PYTHONPATH": str(tree)}, cwd=tree)
 
 
+async def _connect(base: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    host, port = base.removeprefix("http://").rsplit(":", 1)
+    return await asyncio.open_connection(host, int(port))
+
+
+DELTA = b'"response.output_text.delta"'
+
+
 async def _stream(
-    client: httpx.AsyncClient, base: str, kind: str, n: int
+    base: str,
+    connection: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+    kind: str,
+    n: int,
 ) -> tuple[float, list[float]]:
-    """Time to the first delta, and the gaps between deltas (seconds)."""
+    """Time to the first delta, and the gaps between deltas (seconds), on a connection already
+    open. A client of raw bytes: the stream's start is one write, and reading it costs the
+    client a count of a marker a read, where an HTTP client's work for 64 streams set when
+    their first deltas arrived."""
     body: dict[str, Any] = {"input": "go", "stream": True, "store": True}
     if kind == "model":  # a prompt of each stream's own (no prefix shared past the template)
         body |= {
@@ -221,12 +258,25 @@ async def _stream(
             "max_output_tokens": MODEL_TOKENS,
             "temperature": 0,
         }
+    payload = json.dumps(body).encode()
+    head = (
+        f"POST /v1/responses HTTP/1.1\r\nhost: {base.removeprefix('http://')}\r\n"
+        f"content-type: application/json\r\ncontent-length: {len(payload)}\r\n"
+        "connection: close\r\n\r\n"
+    ).encode()
+    reader, writer = connection
     started = time.perf_counter()
+    writer.write(head + payload)
     arrivals: list[float] = []
-    async with client.stream("POST", f"{base}/responses", json=body) as response:
-        async for line in response.aiter_lines():
-            if line.startswith("data: ") and '"response.output_text.delta"' in line:
-                arrivals.append(time.perf_counter())
+    tail = b""
+    try:
+        while chunk := await reader.read(1 << 16):
+            now = time.perf_counter()
+            data = tail + chunk
+            arrivals.extend([now] * data.count(DELTA))  # (a marker split between reads too)
+            tail = data[1 - len(DELTA) :]
+    finally:
+        writer.close()
     assert len(arrivals) == TOKENS or (kind == "model" and arrivals), len(arrivals)
     gaps = [b - a for a, b in itertools.pairwise(arrivals)]
     return arrivals[0] - started, gaps
@@ -240,7 +290,8 @@ async def _load(bases: list[str], streams: int, kind: str, singles: int) -> tupl
     """The first deltas; the gaps between deltas; those but a stream's last `LAST`; those
     last; the first deltas as the server timed them; each delta from its append to its reader
     in the server; each write of logs alone in the server, and the loop's CPU in it; the
-    server's CPU over the load (summed over servers). One stream is asked `singles` times, one
+    server's CPU over the load (summed over servers); in the server, from each request's
+    arrival to its event log, and to its first delta. One stream is asked `singles` times, one
     after another. Stream n goes to server n of `bases` (modulo their number)."""
     limits = httpx.Limits(max_connections=streams + 8)
     async with httpx.AsyncClient(timeout=300, limits=limits) as client:
@@ -248,10 +299,17 @@ async def _load(bases: list[str], streams: int, kind: str, singles: int) -> tupl
             await client.get(f"{base}/bench/timings")  # (from here on)
         busy, every = _ticks()
         if streams == 1:
-            results = [await _stream(client, bases[0] + "/v1", kind, n) for n in range(singles)]
-        else:
+            results = [
+                await _stream(bases[0], await _connect(bases[0]), kind, n) for n in range(singles)
+            ]
+        else:  # every connection open first: the streams then start in one turn of the loop
+            targets = [bases[n % len(bases)] for n in range(streams)]
+            connections = await asyncio.gather(*map(_connect, targets))
             results = await asyncio.gather(
-                *(_stream(client, bases[n % len(bases)] + "/v1", kind, n) for n in range(streams))
+                *(
+                    _stream(base, connection, kind, n)
+                    for n, (base, connection) in enumerate(zip(targets, connections, strict=True))
+                )
             )
         now_busy, now_every = _ticks()
         in_server: dict[str, list[float]] = {}
@@ -272,6 +330,8 @@ async def _load(bases: list[str], streams: int, kind: str, singles: int) -> tupl
         in_server.get("write", []),
         in_server.get("write cpu", []),
         in_server.get("cpu", []),
+        in_server.get("arrival to log", []),
+        in_server.get("arrival to first", []),
     )
 
 
@@ -350,6 +410,8 @@ def main() -> None:
         "a write of logs alone, in the server",
         "the serving loop's CPU in it (SQLite)",
         "the server's CPU in a load (a value a rep)",
+        "from the request's arrival to its event log, in the server",
+        "from the request's arrival to the first delta, in the server",
     )
     for streams in map(int, args.streams.split(",")):
         for i, label in enumerate(labels):
