@@ -10,14 +10,14 @@ event path are all there is to measure) at a fixed pace, with a SQLite file or a
 database; the two are run in rotation, and the table gives the median and p99 of the time to
 the first delta and of the gap between deltas, after against before. The client reads raw bytes
 (`_stream`): through an HTTP client, 64 streams' first deltas waited for its loop (78-83 ms at
-the p50 on 2 cores, 35-40 ms read raw, the server's pace the same). Each server also times every response's first delta itself,
-from its request's arrival (when the app is called) and from its event log's start to the
-delta's release (`first delta, in the server`). And since a wait that every delta pays alike
-does not show in the gaps between them, each server times every delta from its append to the
-SSE stream that reads it (`a delta from its append to its reader, in the server`), and each
-write of logs alone, with the serving loop's CPU in it on SQLite (where the transaction runs on
-the loop): how much of a held delta's wait is the hold's own work. The box's busy share during
-each load goes to stderr.
+the p50 on 2 cores, 35-40 ms read raw, the server's pace the same). Each server also times every
+response's first delta itself, from its request's arrival (when the app is called) and from its
+event log's start to the delta's append and to its release (`first delta, in the server`). And
+since a wait that every delta pays alike does not show in the gaps between them, each server
+times every delta from its append to the SSE stream that reads it (`a delta from its append to
+its reader, in the server`), and each write of logs alone, with the serving loop's CPU in it on
+SQLite (where the transaction runs on the loop): how much of a held delta's wait is the hold's
+own work. The box's busy share during each load goes to stderr.
 
     python -m bench.lab.durable_release --before TREE|unheld --after TREE [--streams 1,64]
         [--reps 3] [--store sqlite|postgresql://USER@HOST:PORT/DB] [--engine scripted|model]
@@ -48,7 +48,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -125,6 +125,7 @@ def _timings() -> Callable[[Request], Awaitable[JSONResponse]]:
         "write cpu": [],
         "arrival to log": [],
         "arrival to first": [],
+        "first append": [],
     }
     cpu = [time.process_time()]  # the server's CPU when last asked
 
@@ -155,7 +156,7 @@ def _timings() -> Callable[[Request], Awaitable[JSONResponse]]:
         released = getattr(log, "released", len(log.events))  # (a tree before the hold)
         if began is None or not released:
             return
-        if any(e["type"] == "response.output_text.delta" for e in log.events[:released]):
+        if _delta(log.events[:released]):
             times["first"].append(time.perf_counter() - began)
             del started[id(log)]
             if (came := arrived.pop(id(log), None)) is not None:
@@ -171,6 +172,9 @@ def _timings() -> Callable[[Request], Awaitable[JSONResponse]]:
 
     def timed_append(log: EventLog, events: list[dict[str, Any]]) -> None:
         now, at, mine = time.perf_counter(), len(log.events), appended.get(id(log))
+        began = started.get(id(log))
+        if began is not None and _delta(events) and not _delta(log.events):
+            times["first append"].append(now - began)
         if mine is not None:
             for i, event in enumerate(events):
                 if event["type"] == "response.output_text.delta":
@@ -216,6 +220,10 @@ def _timings() -> Callable[[Request], Awaitable[JSONResponse]]:
 
     SqlStore.write = timed_write  # type: ignore[method-assign, assignment]
     return route
+
+
+def _delta(events: Iterable[dict[str, Any]]) -> bool:
+    return any(e["type"] == "response.output_text.delta" for e in events)
 
 
 def _server(
@@ -332,6 +340,7 @@ async def _load(bases: list[str], streams: int, kind: str, singles: int) -> tupl
         in_server.get("cpu", []),
         in_server.get("arrival to log", []),
         in_server.get("arrival to first", []),
+        in_server.get("first append", []),
     )
 
 
@@ -412,6 +421,7 @@ def main() -> None:
         "the server's CPU in a load (a value a rep)",
         "from the request's arrival to its event log, in the server",
         "from the request's arrival to the first delta, in the server",
+        "from the event log's start to the first delta's append, in the server",
     )
     for streams in map(int, args.streams.split(",")):
         for i, label in enumerate(labels):
