@@ -38,17 +38,19 @@ RESPONSES = 12
 
 
 class Reader(threading.Thread):
-    """A client reading one stream live, as events arrive, until the stream ends or breaks."""
+    """A client reading one stream live, as events arrive, until the stream ends or breaks:
+    the response `body` asks for (default: a background stream that tells and calls `save`)."""
 
-    def __init__(self, base: str) -> None:
+    def __init__(self, base: str, body: dict[str, Any] | None = None) -> None:
         super().__init__(daemon=True)
         self.base = base
+        self.body = body or {"input": "tell", "tools": TOOLS, "stream": True, "background": True}
         self.events: list[dict[str, Any]] = []
 
     def run(self) -> None:
-        body = {"input": "tell", "tools": TOOLS, "stream": True, "background": True}
+        body = self.body
         try:
-            with httpx.stream("POST", f"{self.base}/responses", json=body, timeout=30) as stream:
+            with httpx.stream("POST", f"{self.base}/responses", json=body, timeout=60) as stream:
                 for line in stream.iter_lines():
                     if line.startswith("data: "):
                         self.events.append(json.loads(line.removeprefix("data: ")))

@@ -6,22 +6,18 @@ assembles is the stored response: no number twice, none missing, the same text.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 
-from oars.validator import validate_events, validate_sse
+from tests.fast.test_resume_after_kill import Reader, _check_resume
 from tests.model.conftest import SECRET_KEY, _free_port, _stop, _wait_ready
 
 pytestmark = pytest.mark.model
@@ -47,30 +43,14 @@ def _replica(store: Path, name: str) -> Iterator[tuple[str, subprocess.Popen[byt
             _stop(proc)
 
 
-class _Reader(threading.Thread):
-    """The client: reads the stream live until it ends or breaks."""
-
-    def __init__(self, base: str) -> None:
-        super().__init__(daemon=True)
-        self.base = base
-        self.events: list[dict[str, Any]] = []
-
-    def run(self) -> None:
-        body = {
-            "input": "Write a long story about a dragon.",
-            "stream": True,
-            "background": True,
-            "store": True,
-            "max_output_tokens": 200,
-            "temperature": 0,
-        }
-        try:
-            with httpx.stream("POST", f"{self.base}/responses", json=body, timeout=60) as stream:
-                for line in stream.iter_lines():
-                    if line.startswith("data: "):
-                        self.events.append(json.loads(line.removeprefix("data: ")))
-        except httpx.HTTPError:
-            pass  # its replica died
+STORY = {
+    "input": "Write a long story about a dragon.",
+    "stream": True,
+    "background": True,
+    "store": True,
+    "max_output_tokens": 200,
+    "temperature": 0,
+}
 
 
 def test_a_stream_cut_by_kill_resumes_on_another_replica_as_stored(
@@ -78,7 +58,7 @@ def test_a_stream_cut_by_kill_resumes_on_another_replica_as_stored(
 ) -> None:
     store = tmp_path_factory.mktemp("replicas") / "oars.db"
     with _replica(store, "a") as (a, victim):
-        reader = _Reader(a)
+        reader = Reader(a, STORY)
         reader.start()
         deadline = time.monotonic() + 120
         while sum(e["type"] == "response.output_text.delta" for e in list(reader.events)) < 3:
@@ -89,20 +69,6 @@ def test_a_stream_cut_by_kill_resumes_on_another_replica_as_stored(
         reader.join(timeout=30)
     received = reader.events
     assert received[-1]["type"] == "response.output_text.delta", received[-1]
-    response_id = received[0]["response"]["id"]
     with _replica(store, "b") as (b, _):
-        deadline = time.monotonic() + 60  # b ends the orphan once a's lease (10 s) lapses
-        while (stored := httpx.get(f"{b}/responses/{response_id}").json())["status"] != "failed":
-            assert time.monotonic() < deadline, stored["status"]
-            time.sleep(0.25)
-        last = received[-1]["sequence_number"]
-        params = {"stream": "true", "starting_after": str(last)}
-        rest = validate_sse(httpx.get(f"{b}/responses/{response_id}", params=params).text).events
-    whole = received + rest
-    numbers = [e["sequence_number"] for e in whole]
-    assert numbers == list(range(len(numbers))), numbers
-    report = validate_events(whole)
-    assert report.ok, report.text()
-    assert whole[-1]["type"] == "response.failed" and whole[-1]["response"] == stored
-    text = "".join(e["delta"] for e in whole if e["type"] == "response.output_text.delta")
-    assert text and text == stored["output"][0]["content"][0]["text"]
+        # b ends the orphan once a's lease (10 s) lapses; the resumed stream must agree
+        _check_resume(b, received)
