@@ -301,8 +301,7 @@ async def _load(bases: list[str], streams: int, kind: str, singles: int) -> tupl
     server's CPU over the load (summed over servers); in the server, from each request's
     arrival to its event log, and to its first delta. One stream is asked `singles` times, one
     after another. Stream n goes to server n of `bases` (modulo their number)."""
-    limits = httpx.Limits(max_connections=streams + 8)
-    async with httpx.AsyncClient(timeout=300, limits=limits) as client:
+    async with httpx.AsyncClient(timeout=300) as client:  # the timings' (the streams read raw)
         for base in bases:
             await client.get(f"{base}/bench/timings")  # (from here on)
         busy, every = _ticks()

@@ -48,10 +48,9 @@ class Reader(threading.Thread):
         self.events: list[dict[str, Any]] = []
 
     def run(self) -> None:
-        body = self.body
         try:
-            with httpx.stream("POST", f"{self.base}/responses", json=body, timeout=60) as stream:
-                for line in stream.iter_lines():
+            with httpx.stream("POST", f"{self.base}/responses", json=self.body, timeout=60) as s:
+                for line in s.iter_lines():
                     if line.startswith("data: "):
                         self.events.append(json.loads(line.removeprefix("data: ")))
         except httpx.HTTPError:

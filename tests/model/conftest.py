@@ -148,27 +148,27 @@ def _serve(
     folder: Path | None = None,
 ) -> Iterator[str]:
     """A server on a free port, its store and log (`oars.log`) in `folder` (default: new)."""
-    port = _free_port()
     folder = folder or tmp_path_factory.mktemp("server")
-    log = folder / "oars.log"
-    cmd = [
-        sys.executable,
-        "-m",
-        "oars.cli",
-        "serve",
-        "--port",
-        str(port),
-        "--store",
-        str(folder / "oars.db"),
-        *args,
-    ]
+    log, store = folder / "oars.log", str(folder / "oars.db")
+    with serving(log, "--store", store, *args, env=env) as (base, _):
+        yield base
+
+
+@contextlib.contextmanager
+def serving(
+    log: Path, *args: str, env: dict[str, str] | None = None
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """`oars serve ARGS` on a free port, its output in `log`, once ready: its base URL (…/v1)
+    and the process; stopped on the way out (unless it is gone already)."""
+    port = _free_port()
+    cmd = [sys.executable, "-m", "oars.cli", "serve", "--port", str(port), *args]
     with open(log, "wb") as out:
         environ = {**os.environ, "OARS_SECRET_KEY": SECRET_KEY, **(env or {})}
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=environ)
     base = f"http://127.0.0.1:{port}"
     try:
         _wait_ready(base, proc, log)
-        yield f"{base}/v1"
+        yield f"{base}/v1", proc
     finally:
         _stop(proc)
 
